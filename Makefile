@@ -1,0 +1,58 @@
+# The course's commands. `make lab` to learn, `make test` to check everything.
+# Override the torch build with e.g. `make lab TORCH="torch==2.11.0"` or a CUDA index:
+#   make lab TORCH="torch --index-url https://download.pytorch.org/whl/cu126"
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+PORT ?= 8888
+JOBS ?= 2
+SUBMISSIONS ?= submissions
+FIRST_NOTEBOOK := notebooks/00_setup_and_environment.ipynb
+
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.course-installed
+TORCH_SPEC := $(VENV)/.torch-spec
+
+.PHONY: lab test lint labs grade claims env clean FORCE
+
+env: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Re-install when the torch spec changes (the file is rewritten only when it differs).
+$(TORCH_SPEC): FORCE | $(PY)
+	@echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
+
+# torch first, so that nothing below pulls a different build of it.
+$(STAMP): requirements.txt pyproject.toml $(TORCH_SPEC)
+	$(PY) -m pip install --disable-pip-version-check -q $(TORCH)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
+	@touch $@
+
+# JupyterLab on 127.0.0.1 only, always with a token (a random one unless TOKEN=... is given).
+lab: $(STAMP)
+	@token="$${TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(24))')}"; \
+	echo "JupyterLab: http://127.0.0.1:$(PORT)/lab?token=$$token"; \
+	exec $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --port-retries=0 \
+		--IdentityProvider.token="$$token" $(if $(NO_BROWSER),--no-browser) $(FIRST_NOTEBOOK)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check utils tests notebooks solutions
+
+test: $(STAMP) lint
+	$(PY) -m utils.labs --check
+	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
+
+labs: $(STAMP)
+	$(PY) -m utils.labs $(if $(FORCE_LABS),--force)
+
+grade: $(STAMP)
+	$(PY) -m utils.grade $(SUBMISSIONS)
+
+claims: $(STAMP)
+	$(PY) -m utils.results --claims
+
+clean:
+	rm -rf $(VENV) test-artifacts grades

@@ -1,0 +1,98 @@
+"""Lab generation from solutions: answers stripped, outputs cleared, learners' edits protected, sync checked."""
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from utils.labs import BEGIN, END, LabError, check_labs, main, make_lab, strip_solution, write_labs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_labs_folder_is_in_sync_with_solutions():
+    assert check_labs() == [], "run `make labs`"
+
+
+def test_strip_solution_keeps_everything_else():
+    source = f"def f(x):\n    '''doc'''\n    {BEGIN}\n    return x + 1\n    {END}\n\nprint('after')"
+    assert strip_solution(source, "1.2", "add one") == (
+        "def f(x):\n    '''doc'''\n    raise NotImplementedError(\"Exercise 1.2: add one\")\n\nprint('after')")
+
+
+@pytest.mark.parametrize(("source", "match"), [
+    (f"{BEGIN}\nx = 1\n{END}", "inside a function body"),
+    (f"def f():\n    {BEGIN}\n    return 1", "never closed"),
+    (f"def f():\n    {END}", "never opened"),
+    (f"def f():\n    {BEGIN}\n    {BEGIN}\n    {END}", "inside another"),
+])
+def test_strip_solution_rejects_malformed_blocks(source, match):
+    with pytest.raises(LabError, match=match):
+        strip_solution(source, "1.1", "task")
+
+
+def test_every_lab_answer_is_replaced_and_outputs_cleared():
+    for solution_path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        lab = make_lab(nbformat.read(solution_path, as_version=4), solution_path.stem)
+        sources = "\n".join(c.source for c in lab.cells)
+        assert BEGIN not in sources and END not in sources
+        exercises = [c.metadata["course"]["exercise"] for c in lab.cells if "exercise" in c.metadata.get("course", {})]
+        assert exercises, f"{solution_path.name} has no exercises"
+        for ex in exercises:
+            assert f'NotImplementedError("Exercise {ex}: ' in sources
+        assert all(c.outputs == [] and c.execution_count is None for c in lab.cells if c.cell_type == "code")
+
+
+def _copy_course(tmp_path: Path) -> tuple[Path, Path]:
+    solutions, labs = tmp_path / "solutions", tmp_path / "labs"
+    shutil.copytree(ROOT / "solutions", solutions)
+    shutil.copytree(ROOT / "labs", labs)
+    return solutions, labs
+
+
+def test_stale_lab_fails_the_check_until_make_labs(tmp_path, capsys):
+    solutions, labs = _copy_course(tmp_path)
+    path = solutions / "00_warmup.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[0].source += "\n\nA new sentence in the solution."
+    nbformat.write(nb, path)
+    assert main(["--check", "--solutions", str(solutions), "--labs", str(labs)]) == 1
+    assert "labs/00_warmup.ipynb is out of date" in capsys.readouterr().out
+    assert main(["--solutions", str(solutions), "--labs", str(labs)]) == 0
+    assert check_labs(solutions, labs) == []
+    (labs / "99_orphan.ipynb").write_text((labs / "00_warmup.ipynb").read_text())
+    assert "has no solutions/99_orphan.ipynb" in check_labs(solutions, labs)[0]
+    (labs / "00_warmup.ipynb").unlink()
+    assert "missing" in check_labs(solutions, labs)[0]
+
+
+def test_a_learners_edited_lab_is_not_overwritten_without_force(tmp_path, capsys):
+    solutions, labs = _copy_course(tmp_path)
+    lab_path = labs / "00_warmup.ipynb"
+    lab = nbformat.read(lab_path, as_version=4)
+    exercise = next(c for c in lab.cells if "exercise" in c.metadata.get("course", {}))
+    exercise.source = exercise.source.replace("raise NotImplementedError", "return 0  #")
+    nbformat.write(lab, lab_path)
+    sol = nbformat.read(solutions / "00_warmup.ipynb", as_version=4)
+    sol.cells[0].source += " (changed)"
+    nbformat.write(sol, solutions / "00_warmup.ipynb")
+    with pytest.raises(LabError, match="00_warmup.ipynb was edited since it was generated"):
+        write_labs(solutions, labs)
+    assert main(["--solutions", str(solutions), "--labs", str(labs)]) == 1
+    assert "--force" in capsys.readouterr().err
+    assert "return 0  #" in lab_path.read_text()
+    write_labs(solutions, labs, force=True)
+    assert check_labs(solutions, labs) == []
+
+
+def test_solution_structure_errors_are_named():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"def f():\n    {BEGIN}\n    pass\n    {END}")])
+    with pytest.raises(LabError, match="no metadata course.exercise"):
+        make_lab(nb, "x")
+    nb.cells[0].metadata["course"] = {"exercise": "1.1", "task": "t"}
+    with pytest.raises(LabError, match="followed by its check cell"):
+        make_lab(nb, "x")
+    nb.cells[0].metadata["course"] = {"exercise": "1.1"}
+    with pytest.raises(LabError, match="course.task"):
+        make_lab(nb, "x")

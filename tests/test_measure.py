@@ -1,0 +1,155 @@
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from utils.measure import (
+    SavedTensorCounter,
+    cuda_peak,
+    gradient_bytes,
+    optimizer_state_bytes,
+    parameter_bytes,
+    saved_activation_bytes,
+    step_peak_by_category,
+    tensor_bytes,
+)
+
+F32 = 4
+
+
+def blocks(n: int, d: int) -> nn.ModuleList:
+    torch.manual_seed(0)
+    return nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.GELU()) for _ in range(n))
+
+
+def forward(stack: nn.ModuleList, x: torch.Tensor, *, checkpointed: bool = False) -> torch.Tensor:
+    for block in stack:
+        x = checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+@pytest.mark.parametrize("batch", [1, 4, 16])
+def test_saved_bytes_linear_gelu_by_hand(n, batch):
+    # Per block: Linear saves its input (batch x d), GELU saves its input (the Linear's output).
+    # The weight is a parameter and is excluded; the bias saves nothing. So 2 * batch * d * 4 bytes.
+    d = 32
+    stack, x = blocks(n, d), torch.randn(batch, d)
+    assert saved_activation_bytes(forward, stack, x) == n * 2 * batch * d * F32
+    # Checkpointing each block keeps only the block inputs: one batch x d tensor per block.
+    assert saved_activation_bytes(lambda: forward(stack, x, checkpointed=True)) == n * batch * d * F32
+
+
+def test_saved_bytes_linear_in_depth_and_batch():
+    d = 16
+    by_depth = [saved_activation_bytes(forward, blocks(n, d), torch.randn(8, d)) for n in (1, 2, 4, 8)]
+    assert by_depth == [by_depth[0] * n for n in (1, 2, 4, 8)]
+    stack = blocks(3, d)
+    by_batch = [saved_activation_bytes(forward, stack, torch.randn(b, d)) for b in (1, 2, 4, 8)]
+    assert by_batch == [by_batch[0] * b for b in (1, 2, 4, 8)]
+
+
+def test_saved_bytes_deduplicates_storage_and_excludes_state():
+    x = torch.randn(10, 10, requires_grad=True)
+    # x * x saves x twice (once per operand): one storage, counted once.
+    assert saved_activation_bytes(lambda: x * x) == 100 * F32
+    bn = nn.BatchNorm1d(10)
+    counted = saved_activation_bytes(bn, torch.randn(6, 10))
+    # BatchNorm saves its input plus per-channel mean and inverse std; running stats are buffers.
+    assert counted == (6 * 10 + 2 * 10) * F32
+
+
+def test_saved_bytes_no_grad_is_zero_and_bad_input():
+    stack = blocks(2, 8)
+    with torch.no_grad():
+        assert saved_activation_bytes(forward, stack, torch.randn(4, 8)) == 0
+    with pytest.raises(TypeError, match="fn must be callable"):
+        saved_activation_bytes(42)
+
+
+def test_counter_counts_across_calls():
+    stack, x = blocks(2, 8), torch.randn(4, 8)
+    counter = SavedTensorCounter(exclude_modules=(stack,))
+    with counter.active():
+        out1 = forward(stack, x)
+        out2 = forward(stack, x)  # x is shared by both graphs, so it is counted once
+    assert counter.bytes == (2 * 2 * 2 - 1) * 4 * 8 * F32
+    del out1, out2
+
+
+def test_parameter_gradient_optimizer_bytes():
+    model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
+    n_params = 10 * 20 + 20 + 20 * 5 + 5
+    assert parameter_bytes(model) == n_params * F32
+    model[0].weight.requires_grad_(False)
+    assert parameter_bytes(model, trainable_only=True) == (n_params - 200) * F32
+    model[0].weight.requires_grad_(True)
+    assert gradient_bytes(model) == 0
+    opt = torch.optim.AdamW(model.parameters())
+    assert optimizer_state_bytes(opt) == 0  # no state before the first step
+    model(torch.randn(3, 10)).sum().backward()
+    assert gradient_bytes(model) == n_params * F32
+    opt.step()
+    # exp_avg and exp_avg_sq per parameter, plus one 4-byte step counter per parameter tensor.
+    assert optimizer_state_bytes(opt) == 2 * n_params * F32 + 4 * 4
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sgd.step()
+    assert optimizer_state_bytes(sgd) == n_params * F32
+
+
+def test_tied_parameters_counted_once():
+    emb = nn.Embedding(50, 8)
+    head = nn.Linear(8, 50, bias=False)
+    head.weight = emb.weight
+    assert parameter_bytes(nn.ModuleList([emb, head])) == 50 * 8 * F32
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="model"):
+        parameter_bytes("not a model")
+    with pytest.raises(TypeError, match="model"):
+        gradient_bytes(None)
+    with pytest.raises(TypeError, match="optimizer"):
+        optimizer_state_bytes(nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="t must be a torch.Tensor"):
+        tensor_bytes([1, 2])
+    assert tensor_bytes(torch.zeros(3, 4, dtype=torch.bfloat16)) == 24
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU message is what is tested here")
+def test_cuda_peak_says_it_needs_cuda():
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        with cuda_peak():
+            pass
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_peak_on_gpu():
+    with cuda_peak() as peak:
+        x = torch.empty(2**20, device="cuda")
+        del x
+    assert peak.peak_above_start >= 2**22
+
+
+def test_step_peak_by_category():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64))
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(32, 64)
+
+    def step():
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    peak = step_peak_by_category(step, model, opt)
+    assert peak["Parameter"] == parameter_bytes(model)
+    assert peak["Gradient"] == parameter_bytes(model)
+    assert peak["Optstate"] >= 2 * parameter_bytes(model)
+    assert peak["Total"] == sum(v for k, v in peak.items() if k != "Total")
+    with pytest.raises(ValueError, match="steps"):
+        step_peak_by_category(step, model, opt, steps=0)
+    with pytest.raises(TypeError, match="step must be callable"):
+        step_peak_by_category(None, model, opt)
+    with pytest.raises(TypeError, match="optimizer"):
+        step_peak_by_category(step, model, "adam")

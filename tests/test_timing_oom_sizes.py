@@ -1,0 +1,83 @@
+import gc
+import weakref
+
+import pytest
+import torch
+
+from utils.oom import free_memory, run_oom_safe
+from utils.sizes import SIZE_ENV, experiment_size, pick
+from utils.timing import matmul_tflops, time_fn
+
+
+def test_time_fn_labels_the_device():
+    calls = []
+    timing = time_fn(lambda: calls.append(1), warmup=1, repeats=3, device="cpu")
+    assert len(calls) == 4 and len(timing.samples_s) == 3
+    assert timing.device == "CPU (perf_counter)"
+    assert "CPU" in timing.label and timing.median_s >= 0
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"warmup": -1}, ValueError, "warmup"), ({"repeats": 0}, ValueError, "repeats"),
+    ({"repeats": 2.5}, ValueError, "repeats"), ({"device": 3}, TypeError, "device"),
+    ({"device": "meta"}, ValueError, "device"),
+])
+def test_time_fn_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        time_fn(lambda: None, **kwargs)
+    with pytest.raises(TypeError, match="fn"):
+        time_fn(None)
+
+
+def test_matmul_tflops_on_cpu():
+    tflops, timing = matmul_tflops(64, torch.float32, "cpu", repeats=2)
+    assert tflops > 0 and timing.device.startswith("CPU")
+    with pytest.raises(ValueError, match="n must be"):
+        matmul_tflops(0)
+    with pytest.raises(TypeError, match="dtype"):
+        matmul_tflops(8, torch.int32)
+
+
+def test_sizes(monkeypatch):
+    monkeypatch.setenv(SIZE_ENV, "full")
+    assert experiment_size() == "full" and pick(1, 2) == 2
+    monkeypatch.setenv(SIZE_ENV, "quick")
+    assert pick(1, 2) == 1 and pick(1, 2, size="full") == 2
+    monkeypatch.delenv(SIZE_ENV)
+    assert experiment_size() == ("full" if torch.cuda.is_available() else "quick")
+    monkeypatch.setenv(SIZE_ENV, "huge")
+    with pytest.raises(ValueError, match=SIZE_ENV):
+        experiment_size()
+    with pytest.raises(ValueError, match="size"):
+        pick(1, 2, size="medium")
+
+
+def test_oom_is_caught_and_memory_released():
+    holder = {}
+
+    def experiment():
+        big = torch.empty(1000, 1000)
+        holder["ref"] = weakref.ref(big)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    result = run_oom_safe(experiment)
+    gc.collect()
+    assert not result and not result.ok
+    assert "out of memory" in result.message and "80.00 GiB" in result.message
+    assert holder["ref"]() is None, "the failed experiment's tensors must be freed"
+
+
+def test_real_cpu_allocation_failure_is_caught():
+    result = run_oom_safe(torch.empty, 2**62, dtype=torch.uint8)
+    assert not result.ok and "out of memory" in result.message
+
+
+def test_oom_safe_passes_values_and_real_bugs():
+    assert run_oom_safe(lambda a, b=1: a + b, 2, b=3).value == 5
+    with pytest.raises(ZeroDivisionError):
+        run_oom_safe(lambda: 1 / 0)
+    with pytest.raises(RuntimeError, match="shape"):
+        run_oom_safe(lambda: torch.zeros(2, 3) @ torch.zeros(2, 3))
+    with pytest.raises(TypeError, match="fn"):
+        run_oom_safe("x")
+    free_memory()

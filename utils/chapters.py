@@ -1,0 +1,103 @@
+"""The chapter map and what each chapter can do on a given device.
+
+Chapter 00 shows the support of the machine it runs on; the README's support matrix is printed by
+`python -m utils.chapters --matrix` from the same function, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from utils.env import capability_gates
+from utils.tables import format_table
+
+
+@dataclass(frozen=True)
+class Chapter:
+    number: str
+    slug: str
+    title: str
+
+
+CHAPTERS: tuple[Chapter, ...] = (
+    Chapter("00", "setup_and_environment", "Setup and environment"),
+    Chapter("01", "where_the_memory_goes", "Where the memory goes"),
+    Chapter("02", "number_formats", "Number formats, bit by bit"),
+    Chapter("03", "loss_scaling", "Loss scaling"),
+    Chapter("04", "automatic_mixed_precision", "Automatic mixed precision"),
+    Chapter("05", "gradient_checkpointing", "Gradient checkpointing"),
+    Chapter("06", "gradient_accumulation", "Gradient accumulation"),
+    Chapter("07", "memory_profiling", "Memory profiling"),
+    Chapter("08", "fp8_transformer_engine", "FP8 and Transformer Engine"),
+    Chapter("09", "capstone_fit_a_model", "Capstone: fit a model"),
+)
+
+# Well-known GPUs of workshop hosts: (name, compute capability, memory in GB as sold).
+REFERENCE_GPUS: tuple[tuple[str, tuple[int, int], int], ...] = (
+    ("T4", (7, 5), 16),
+    ("A10G", (8, 6), 24),
+    ("A100", (8, 0), 80),
+    ("H100", (9, 0), 80),
+)
+
+
+def chapter_support(chapter: str, capability: tuple[int, int] | None, te_available: bool | None = None) -> str:
+    """How chapter `chapter` ("00".."09") runs at `capability` (None: CPU only).
+
+    Returns "native", or "partial: <what is missing and why>", or "CPU: <what is measured instead>".
+    `te_available` None means "unknown" (the README's matrix: Transformer Engine if installed).
+    """
+    numbers = [c.number for c in CHAPTERS]
+    if chapter not in numbers:
+        raise ValueError(f"chapter must be one of {numbers}, got {chapter!r}")
+    gates = capability_gates(capability)
+    if capability is None:
+        cpu_notes = {
+            "00": "device table, matmul timing and saved bytes on CPU",
+            "01": "exact bytes of every part; peak by category with MemTracker",
+            "02": "every bit pattern exact; no Tensor Core throughput",
+            "03": "underflow fractions and scaler equivalence exact",
+            "04": "op dtypes under CPU autocast; half-precision speed is not representative",
+            "05": "saved bytes exact; timings labelled CPU",
+            "06": "gradient equality exact; DDP on 2 gloo processes",
+            "07": "torch.profiler memory timeline; no CUDA allocator",
+            "08": "FP8 emulated with torch float8 dtypes; no FP8 matmul speed",
+            "09": "byte budget checked with the estimator; FSDP2 on 2 gloo processes",
+        }
+        return "CPU: " + cpu_notes[chapter]
+    missing = []
+    if chapter in ("02", "04") and not gates.bf16_native:
+        missing.append("BF16 emulated (needs 8.0+), no TF32")
+    if chapter in ("02", "08") and not gates.fp8:
+        missing.append("no FP8 Tensor Cores (needs 8.9+): FP8 emulated")
+    if chapter == "08" and gates.fp8 and te_available is False:
+        missing.append("Transformer Engine not importable: torch._scaled_mm only")
+    if chapter == "08" and gates.fp8 and te_available is None:
+        return "native (Transformer Engine if installed)"
+    return "partial: " + "; ".join(missing) if missing else "native"
+
+
+def support_matrix() -> str:
+    """The README's support matrix as a Markdown table: chapters by CPU and reference GPUs."""
+    headers = ["chapter", "CPU"] + [f"{name} ({cap[0]}.{cap[1]})" for name, cap, _ in REFERENCE_GPUS]
+    rows = []
+    for ch in CHAPTERS:
+        row = [f"{ch.number} {ch.title}", chapter_support(ch.number, None)]
+        row += [chapter_support(ch.number, cap) for _, cap, _ in REFERENCE_GPUS]
+        rows.append(row)
+    return format_table(rows, headers)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--matrix", action="store_true", help="print the README's support matrix")
+    args = parser.parse_args(argv)
+    if args.matrix:
+        print(support_matrix())
+    else:
+        print(format_table([(c.number, c.slug, c.title) for c in CHAPTERS], ["NN", "notebook", "title"]))
+
+
+if __name__ == "__main__":
+    main()

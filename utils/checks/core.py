@@ -1,0 +1,103 @@
+"""One verdict per exercise: passed; failed with expected vs got and a hint; not attempted; or error.
+
+A check never lets a traceback out: a learner sees one clear line. The verdict is also published under
+its own MIME type, which is what the grader reads (from the check cells it inserted itself).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+CHECK_MIME = "application/vnd.gpu-memory-course.check+json"
+STRICT_ENV = "COURSE_CHECKS_STRICT"  # "1" in the test suite: a solution whose check does not pass fails
+STATUSES = ("passed", "failed", "not attempted", "error")
+
+
+class CheckFailed(Exception):
+    """Raised inside a check body: what was expected, what came back, and a hint."""
+
+    def __init__(self, expected: Any, got: Any, hint: str = "") -> None:
+        super().__init__(f"expected {expected}, got {got}")
+        self.expected, self.got, self.hint = expected, got, hint
+
+
+@dataclass(frozen=True)
+class Verdict:
+    exercise: str
+    status: str
+    message: str
+    points: float
+    max_points: float
+
+    def __str__(self) -> str:
+        mark = {"passed": "PASSED", "failed": "NOT YET", "not attempted": "NOT ATTEMPTED", "error": "ERROR"}
+        return f"Exercise {self.exercise}: {mark[self.status]} ({self.points:g}/{self.max_points:g}) {self.message}"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        colour = {"passed": "#1a7f37", "failed": "#b35900", "not attempted": "#57606a", "error": "#cf222e"}
+        text = html.escape(str(self))
+        return {"text/plain": str(self), CHECK_MIME: asdict(self),
+                "text/html": f'<pre style="color:{colour[self.status]};white-space:pre-wrap">{text}</pre>'}
+
+
+def run_check(exercise: str, body: Callable[[], Any], *, points: float = 1.0) -> Verdict:
+    """Run a check body with fixed seeds (the learner's RNG state is restored afterwards).
+
+    With COURSE_CHECKS_STRICT=1 (set by the test suite for the solutions) anything but a pass raises
+    AssertionError, so nbval fails on a solution that does not pass its own check.
+    """
+    verdict = _run_check(exercise, body, points)
+    if os.environ.get(STRICT_ENV) == "1" and verdict.status != "passed":
+        raise AssertionError(str(verdict))
+    return verdict
+
+
+def _run_check(exercise: str, body: Callable[[], Any], points: float) -> Verdict:
+    if not isinstance(exercise, str) or not exercise:
+        raise ValueError(f"exercise must be a non-empty id like '1.2', got {exercise!r}")
+    if not callable(body):
+        raise TypeError(f"body must be callable, got {type(body).__name__}")
+    state = random.getstate()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            random.seed(0)
+            body()
+    except NotImplementedError:
+        return Verdict(exercise, "not attempted", "the exercise still raises NotImplementedError: "
+                       "replace the raise with your code, run that cell, then this one.", 0.0, points)
+    except CheckFailed as failed:
+        hint = f" Hint: {failed.hint}" if failed.hint else ""
+        return Verdict(exercise, "failed", f"expected {failed.expected}, got {failed.got}.{hint}", 0.0, points)
+    except SystemExit:
+        return Verdict(exercise, "error", "your code called sys.exit(): remove it.", 0.0, points)
+    except Exception as exc:  # the learner's code raised: one line, not a traceback wall
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return Verdict(exercise, "error", f"your code raised {type(exc).__name__}: {first}", 0.0, points)
+    finally:
+        random.setstate(state)
+    return Verdict(exercise, "passed", "well done.", points, points)
+
+
+def expect_equal(got: Any, expected: Any, what: str, hint: str = "") -> None:
+    """Fail the check unless got == expected (same type family for numbers)."""
+    if got != expected or (type(got) is bool and type(expected) is not bool):
+        raise CheckFailed(f"{what} = {expected!r}", repr(got), hint)
+
+
+def expect_close(got: torch.Tensor | float, expected: torch.Tensor | float, what: str, *, rtol: float = 1e-5,
+                 atol: float = 1e-8, hint: str = "") -> None:
+    """Fail the check unless got is close to expected (tensors: same shape, allclose)."""
+    got_t, exp_t = torch.as_tensor(got), torch.as_tensor(expected)
+    if got_t.shape != exp_t.shape:
+        raise CheckFailed(f"{what} of shape {tuple(exp_t.shape)}", f"shape {tuple(got_t.shape)}", hint)
+    if not torch.allclose(got_t.double(), exp_t.double(), rtol=rtol, atol=atol):
+        err = (got_t.double() - exp_t.double()).abs().max().item()
+        raise CheckFailed(f"{what} within rtol={rtol:g}, atol={atol:g}", f"a max abs error of {err:.3g}", hint)

@@ -1,0 +1,196 @@
+"""Measuring memory: saved activations, parameters, gradients, optimizer states, CUDA peaks, step peaks.
+
+Everything here is exact on CPU and GPU alike except `cuda_peak` (CUDA's allocator) and
+`step_peak_by_category` (MemTracker follows tensors, so it also works on CPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of the tensor's own elements (numel x element size), not of the storage it may view."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
+    return t.numel() * t.element_size()
+
+
+def _unique_storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        storage = t.untyped_storage()
+        key = storage._cdata
+        if key not in seen:
+            seen.add(key)
+            total += storage.nbytes()
+    return total
+
+
+def _check_module(model: Any, name: str = "model") -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(model).__name__}")
+
+
+def parameter_bytes(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
+    """Bytes of the model's parameters, each shared storage counted once."""
+    _check_module(model)
+    return _unique_storage_bytes(p for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the `.grad` tensors that exist now (None gradients take no memory)."""
+    _check_module(model)
+    return _unique_storage_bytes(p.grad for p in model.parameters() if p.grad is not None)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor in the optimizer's state (Adam's moments and step counters, momentum buffers).
+
+    The state exists only after the first `optimizer.step()`; before it this returns 0.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    tensors = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return _unique_storage_bytes(tensors)
+
+
+def _module_state_storages(objects: Iterable[Any]) -> set[int]:
+    """Storage keys of the parameters and buffers of every nn.Module among `objects`."""
+    keys: set[int] = set()
+    for obj in objects:
+        module = obj if isinstance(obj, torch.nn.Module) else getattr(obj, "__self__", None)
+        if isinstance(module, torch.nn.Module):
+            for t in list(module.parameters()) + list(module.buffers()):
+                keys.add(t.untyped_storage()._cdata)
+    return keys
+
+
+@dataclass
+class SavedTensorCounter:
+    """Counts what autograd saves for backward while active; see `saved_activation_bytes`.
+
+    Parameters (and the parameters and buffers of `exclude_modules`) are not counted: they are
+    model state, not activations. Each storage is counted once, whole, as that is what stays alive.
+    """
+
+    exclude_modules: tuple[Any, ...] = ()
+    bytes: int = 0
+    count: int = 0
+    _seen: dict[int, StorageWeakRef] = field(default_factory=dict, repr=False)
+    _excluded: set[int] = field(default_factory=set, repr=False)
+
+    def _is_state(self, t: torch.Tensor) -> bool:
+        base = t._base if t._base is not None else t
+        return isinstance(base, torch.nn.Parameter) or t.untyped_storage()._cdata in self._excluded
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        if not self._is_state(t):
+            storage = t.untyped_storage()
+            key = storage._cdata
+            known = self._seen.get(key)
+            if known is None or known.expired():  # a freed storage's address may be reused
+                self._seen[key] = StorageWeakRef(storage)
+                self.bytes += storage.nbytes()
+                self.count += 1
+        return t
+
+    @contextmanager
+    def active(self) -> Iterator[SavedTensorCounter]:
+        self._excluded = _module_state_storages(self.exclude_modules)
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+            yield self
+
+
+def saved_activation_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """Run `fn(*args, **kwargs)` and return the bytes autograd saved for backward, parameters excluded.
+
+    Storages are de-duplicated (a tensor saved by two ops counts once). The parameters and buffers of
+    any nn.Module passed as `fn` (or bound to it) or among the arguments are excluded too.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    counter = SavedTensorCounter(exclude_modules=(fn, *args, *kwargs.values()))
+    with counter.active():
+        result = fn(*args, **kwargs)
+    del result  # the graph (and what it saved) may be freed now
+    return counter.bytes
+
+
+@dataclass
+class CudaPeak:
+    """Filled in when a `cuda_peak()` block ends: bytes, relative to the allocator's counters."""
+
+    device: str = ""
+    allocated_before: int = 0
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    allocated_after: int = 0
+
+    @property
+    def peak_above_start(self) -> int:
+        """How far the block pushed allocated memory above what was allocated when it began."""
+        return self.peak_allocated - self.allocated_before
+
+
+@contextmanager
+def cuda_peak(device: int | str | torch.device | None = None) -> Iterator[CudaPeak]:
+    """Measure the peak allocated and reserved CUDA memory of a block (after reset_peak_memory_stats)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("cuda_peak needs a CUDA GPU; on CPU use saved_activation_bytes or step_peak_by_category")
+    if device is not None and not isinstance(device, int | str | torch.device):
+        raise TypeError(f"device must be an int, str, torch.device or None, got {type(device).__name__}")
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"device must be a CUDA device, got {dev}")
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    record = CudaPeak(device=torch.cuda.get_device_name(dev), allocated_before=torch.cuda.memory_allocated(dev))
+    try:
+        yield record
+    finally:
+        torch.cuda.synchronize(dev)
+        record.peak_allocated = torch.cuda.max_memory_allocated(dev)
+        record.peak_reserved = torch.cuda.max_memory_reserved(dev)
+        record.allocated_after = torch.cuda.memory_allocated(dev)
+
+
+def step_peak_by_category(
+    step: Callable[[], Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+    steps: int = 2,
+) -> dict[str, int]:
+    """Peak bytes of a training step by category (Parameter, Gradient, Optstate, Activation, Temp, ...).
+
+    Uses torch's MemTracker, which follows tensors rather than the allocator, so it works on CPU.
+    `step()` runs one full training step; it runs `steps` times (the first creates optimizer state)
+    and the peak over all of them is reported (by category at that moment, summed over devices).
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    if not callable(step):
+        raise TypeError(f"step must be callable, got {type(step).__name__}")
+    _check_module(model)
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    tracker = MemTracker()
+    tracker.track_external(*(obj for obj in (model, optimizer) if obj is not None))
+    with tracker:
+        for i in range(steps):
+            if i > 0:  # MemTracker refuses a second pass over the same modules without this
+                tracker.reset_mod_stats()
+            step()
+    totals: dict[str, int] = {}
+    for per_device in tracker.get_tracker_snapshot("peak").values():
+        for category, nbytes in per_device.items():
+            name = getattr(category, "value", str(category))
+            totals[name] = totals.get(name, 0) + nbytes
+    return totals

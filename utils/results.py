@@ -1,0 +1,170 @@
+"""Reference results and the claims ledger.
+
+A notebook opens a `Run`, records measured figures and claim verdicts as it goes, and calls `save()`
+at the end. Saving writes `results/<device-slug>/<chapter>.json` only for a real full-size run on a GPU
+(or when COURSE_RECORD=1 asks for it on purpose); anywhere else it says why nothing was written.
+Other machines read those files back with `reference_results()` and show them beside their own numbers.
+`python -m utils.results --claims` (`make claims`) prints the ledger of every recorded claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from utils.env import DeviceInfo, device_info
+from utils.sizes import experiment_size
+from utils.tables import format_table
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "results"
+CLAIMS_FILE = REPO_ROOT / "docs" / "claims.md"
+RECORD_ENV = "COURSE_RECORD"
+VERDICTS = ("holds", "fails", "partly", "depends", "needs GPU")
+_CHAPTER_RE = re.compile(r"^\d\d_[a-z0-9_]+$")
+
+
+def load_claims(path: Path = CLAIMS_FILE) -> dict[str, tuple[str, str]]:
+    """The claims table: id -> (claim as commonly stated, chapters)."""
+    claims = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"C\d\d", cells[0]):
+            claims[cells[0]] = (cells[1], cells[2])
+    return claims
+
+
+def device_slug(name: str) -> str:
+    """A folder name for a device: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"name must be a non-empty device name, got {name!r}")
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def recording_enabled(info: DeviceInfo | None = None) -> tuple[bool, str]:
+    """Whether this run may write reference results, and why (or why not)."""
+    forced = os.environ.get(RECORD_ENV, "").strip()
+    if forced not in ("", "0", "1"):
+        raise ValueError(f"{RECORD_ENV} must be '0', '1' or unset, got {forced!r}")
+    if forced == "1":
+        return True, f"{RECORD_ENV}=1 asks for it"
+    if forced == "0":
+        return False, f"{RECORD_ENV}=0 forbids it"
+    info = info or device_info()
+    if not info.is_cuda:
+        return False, "reference results are written by full-size GPU runs; this is a CPU run"
+    if experiment_size() != "full":
+        return False, "reference results are written by full-size runs; this run is quick (COURSE_SIZE)"
+    return True, "a full-size run on a GPU"
+
+
+@dataclass
+class Run:
+    """The measured figures and claim verdicts of one notebook run."""
+
+    chapter: str
+    config: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chapter, str) or not _CHAPTER_RE.match(self.chapter):
+            raise ValueError(f"chapter must look like '01_where_the_memory_goes', got {self.chapter!r}")
+        if not isinstance(self.config, dict):
+            raise TypeError(f"config must be a dict, got {type(self.config).__name__}")
+
+    def figure(self, name: str, value: Any, unit: str = "") -> Any:
+        """Record a measured figure (JSON-serialisable) and return it unchanged."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        json.dumps(value)  # fail now, not at save time
+        self.figures[name] = {"value": value, "unit": unit}
+        return value
+
+    def claim(self, claim_id: str, measured: str, verdict: str, note: str = "") -> str:
+        """Record a claim's measured value and verdict; returns one line to show in the notebook."""
+        claims = load_claims()
+        if claim_id not in claims:
+            raise ValueError(f"claim_id must be one of C01..C{len(claims):02d}, got {claim_id!r}")
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+        if not isinstance(measured, str):
+            raise TypeError(f"measured must be a string with its unit, got {type(measured).__name__}")
+        self.claims = [c for c in self.claims if c["id"] != claim_id]
+        self.claims.append({"id": claim_id, "measured": measured, "verdict": verdict, "note": note})
+        return f"{claim_id} ({claims[claim_id][0]}): measured {measured} -> {verdict}" + (f"; {note}" if note else "")
+
+    def to_json(self, info: DeviceInfo) -> dict[str, Any]:
+        return {
+            "chapter": self.chapter,
+            "device": {"name": info.name, "type": info.device,
+                       "capability": None if info.capability is None else list(info.capability)},
+            "torch": info.torch_version,
+            "date": dt.date.today().isoformat(),
+            "size": experiment_size(),
+            "config": self.config,
+            "figures": self.figures,
+            "claims": self.claims,
+        }
+
+    def save(self, root: Path | None = None, info: DeviceInfo | None = None) -> Path | None:
+        """Write the run's results if recording is enabled (see module doc); print what happened."""
+        info = info or device_info()
+        enabled, why = recording_enabled(info)
+        if not enabled:
+            print(f"Not saved as reference results: {why}.")
+            return None
+        folder = Path(root or RESULTS_DIR) / device_slug(info.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.chapter}.json"
+        path.write_text(json.dumps(self.to_json(info), indent=1) + "\n", encoding="utf-8")
+        print(f"Saved reference results ({why}) to {path.relative_to(path.parents[2])}.")
+        return path
+
+
+def reference_results(chapter: str, root: Path | None = None) -> list[dict[str, Any]]:
+    """Every saved run of `chapter`, one per device folder, sorted by device name."""
+    if not isinstance(chapter, str) or not _CHAPTER_RE.match(chapter):
+        raise ValueError(f"chapter must look like '01_where_the_memory_goes', got {chapter!r}")
+    folder = Path(root or RESULTS_DIR)
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob(f"*/{chapter}.json"))]
+    return sorted(runs, key=lambda r: r["device"]["name"])
+
+
+def claims_ledger(root: Path | None = None) -> str:
+    """A Markdown table of every claim: what each saved run measured, where, and the verdict."""
+    claims = load_claims()
+    records: dict[str, list[tuple[str, dict[str, Any]]]] = {cid: [] for cid in claims}
+    for path in sorted(Path(root or RESULTS_DIR).glob("*/*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        for rec in run.get("claims", []):
+            records.setdefault(rec["id"], []).append((run["device"]["name"], rec | {"chapter": run["chapter"][:2]}))
+    rows = []
+    for cid, (text, chapters) in claims.items():
+        short = text if len(text) <= 70 else text[:67] + "..."
+        if not records[cid]:
+            rows.append([cid, short, chapters, "not yet measured", "", ""])
+        for device, rec in records[cid]:
+            rows.append([cid, short, rec["chapter"], rec["measured"], device, rec["verdict"]])
+    return format_table(rows, ["id", "claim", "chapter", "measured", "device", "verdict"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Reference results and the claims ledger.")
+    parser.add_argument("--claims", action="store_true", help="print the claims ledger from results/")
+    parser.add_argument("--root", type=Path, default=None, help="results folder (default: the course's)")
+    args = parser.parse_args(argv)
+    if args.claims:
+        print(claims_ledger(args.root))
+    else:
+        parser.print_help()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Tables as Markdown text: one format for notebooks (rendered) and terminals (read as is)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    else:
+        text = str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    """A Markdown table with aligned columns; floats shown with 4 significant digits."""
+    if isinstance(headers, str) or not all(isinstance(h, str) for h in headers):
+        raise TypeError("headers must be a sequence of strings")
+    if not headers:
+        raise ValueError("headers must name at least one column")
+    body = [[_cell(v) for v in row] for row in rows]
+    for i, row in enumerate(body):
+        if len(row) != len(headers):
+            raise ValueError(f"rows[{i}] has {len(row)} cells but headers has {len(headers)}")
+    widths = [max([len(h)] + [len(r[j]) for r in body]) for j, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in body])
+
+
+def show_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> Any:
+    """Display a table in a notebook (a Markdown object) and return it."""
+    from IPython.display import Markdown, display
+
+    md = Markdown(format_table(rows, headers))
+    display(md)
+    return md

@@ -1,0 +1,97 @@
+"""The one way chapters build interactive controls: controls -> a plain function -> an Output.
+
+The function is ordinary, tested code; the panel only collects the controls' values, calls it and
+shows what comes back (a matplotlib figure, text, a Markdown table, or anything IPython can display).
+A ValueError or TypeError from the function is shown as one line, so a learner who drags a slider into
+a bad corner sees why, not a traceback; any other exception is a bug and is shown in full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ipywidgets as widgets
+from IPython.display import display
+
+
+class Panel:
+    """Controls that re-run `fn(**values)` on every change and show its result in an Output."""
+
+    def __init__(self, fn: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget], *,
+                 title: str = "", run_now: bool = True) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        if not isinstance(controls, Mapping) or not controls:
+            raise ValueError("controls must be a non-empty mapping of argument name -> ipywidgets control")
+        for name, control in controls.items():
+            if not isinstance(control, widgets.ValueWidget):
+                raise TypeError(f"controls[{name!r}] must be an ipywidgets control with a value, "
+                                f"got {type(control).__name__}")
+        self.fn = fn
+        self.controls = dict(controls)
+        self.output = widgets.Output()
+        self.last_result: Any = None
+        self.last_error: str = ""
+        self.runs = 0
+        for control in self.controls.values():
+            control.observe(lambda _change: self.update(), names="value")
+        header = [widgets.HTML(f"<b>{title}</b>")] if title else []
+        self.widget = widgets.VBox(header + [widgets.HBox(list(self.controls.values())), self.output])
+        if run_now:
+            self.update()
+
+    def values(self) -> dict[str, Any]:
+        return {name: control.value for name, control in self.controls.items()}
+
+    def update(self) -> Any:
+        """Call the function with the controls' values and show the result (or the bad input's message)."""
+        import matplotlib.pyplot as plt
+
+        self.runs += 1
+        with self.output:
+            self.output.clear_output(wait=True)
+            try:
+                self.last_result, self.last_error = self.fn(**self.values()), ""
+            except (ValueError, TypeError) as exc:
+                self.last_result, self.last_error = None, f"{type(exc).__name__}: {exc}"
+                print(self.last_error)
+                return None
+            result = self.last_result
+            if isinstance(result, plt.Figure):
+                display(result)
+                plt.close(result)  # shown once, here; not again by the inline backend
+            elif isinstance(result, str):
+                print(result)
+            elif result is not None:
+                display(result)
+        return self.last_result
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+def slider(value: int, low: int, high: int, step: int = 1, description: str = "") -> widgets.IntSlider:
+    """An integer slider with the course's layout (continuous_update off: one run per release)."""
+    return widgets.IntSlider(value=value, min=low, max=high, step=step, description=description,
+                             continuous_update=False, style={"description_width": "initial"})
+
+
+def log2_slider(value: int, low: int, high: int, description: str = "") -> widgets.SelectionSlider:
+    """A slider over powers of two from 2**low to 2**high (values are the ints themselves)."""
+    if not all(isinstance(v, int) for v in (value, low, high)) or not low <= high:
+        raise ValueError(f"low <= high must be ints (exponents), got low={low!r}, high={high!r}")
+    options = [2**k for k in range(low, high + 1)]
+    if value not in options:
+        raise ValueError(f"value must be a power of two between 2**{low} and 2**{high}, got {value!r}")
+    return widgets.SelectionSlider(options=options, value=value, description=description,
+                                   continuous_update=False, style={"description_width": "initial"})
+
+
+def dropdown(options: list[Any] | dict[str, Any], value: Any = None, description: str = "") -> widgets.Dropdown:
+    """A dropdown with the course's layout."""
+    if not options:
+        raise ValueError("options must not be empty")
+    first = next(iter(options.values())) if isinstance(options, dict) else options[0]
+    return widgets.Dropdown(options=options, value=first if value is None else value, description=description,
+                            style={"description_width": "initial"})
