@@ -36,7 +36,8 @@ lab: $(STAMP)
 	@token="$${TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(24))')}"; \
 	echo "JupyterLab: http://127.0.0.1:$(PORT)/lab?token=$$token"; \
 	exec $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --port-retries=0 \
-		--IdentityProvider.token="$$token" $(if $(NO_BROWSER),--no-browser) $(FIRST_NOTEBOOK)
+		--IdentityProvider.token="$$token" $(if $(NO_BROWSER),--no-browser) \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(FIRST_NOTEBOOK)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check utils tests notebooks solutions

@@ -1,0 +1,115 @@
+"""JupyterLab in headless Chromium: open chapter 00, run every cell, move a widget, see the output change.
+
+Uses Debian's Chromium by path (never a downloaded browser). Without it the test is skipped with the
+reason, except in CI (CI=true), where a missing browser is a failure.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+NOTEBOOK = "notebooks/00_setup_and_environment.ipynb"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"browser test cannot run in CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = "browser-test-token"
+    served = tmp_path / "course"  # a copy: JupyterLab's autosave must never touch the repository
+    (served / "notebooks").mkdir(parents=True)
+    shutil.copy(ROOT / NOTEBOOK, served / NOTEBOOK)
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"), "COURSE_SIZE": "quick"}
+    env.pop("COURSE_CHECKS_STRICT", None)
+    log = open(tmp_path / "lab.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}"]
+        + (["--allow-root"] if os.geteuid() == 0 else []),
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=3)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()[-2000:])
+    yield base, token
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_chapter00_widget_changes_output_in_jupyterlab(jupyterlab):
+    if not CHROMIUM.exists():
+        _unavailable(f"Debian's Chromium is not at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright for Python is not installed")
+    base, token = jupyterlab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+            page.click("text=Run >> nth=0")  # the Run menu
+            page.click("text=Run All Cells")
+            panel_output = page.locator(".jp-OutputArea-output", has_text="bytes saved for backward").first
+            panel_output.wait_for(timeout=120_000)
+            before = panel_output.inner_text()
+            assert "batch 8, width 64" in before
+            slider = page.locator(".widget-slider", has_text="batch B").first
+            slider.scroll_into_view_if_needed()
+            handle = slider.locator(".noUi-handle").first
+            handle.click()
+            for _ in range(4):
+                handle.press("ArrowRight")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(e => e.innerText.includes('bytes saved for backward') && !e.innerText.includes('batch 8,'))",
+                timeout=60_000)
+            changed = page.locator(".jp-OutputArea-output", has_text="bytes saved for backward").first
+            after = changed.inner_text()
+            assert after != before and "batch 8," not in after
+            page.mouse.wheel(0, 300)
+            changed.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "chapter00_widget.png"))
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "chapter00_failure.png"))
+            raise
+        finally:
+            browser.close()
