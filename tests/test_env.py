@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -81,4 +83,7 @@ def test_readme_support_matrix_is_computed():
     readme = open("README.md", encoding="utf-8").read()
     assert support_matrix() in readme, "README's support matrix is stale: paste `python -m utils.chapters --matrix`"
     for ch in CHAPTERS:
-        assert f"{ch.number}_{ch.slug}" in readme
+        name = f"{ch.number}_{ch.slug}"
+        assert name in readme
+        if os.path.exists(f"notebooks/{name}.ipynb"):
+            assert f"[{name}](notebooks/{name}.ipynb)" in readme and "available" in readme.split(name)[2].split("\n")[0]

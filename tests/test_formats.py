@@ -165,3 +165,29 @@ def test_fields_and_properties():
 def test_bad_arguments(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_describe_outcomes():
+    from utils.formats import describe, spacing
+
+    assert describe(1.0, "fp16").bits == "0 01111 0000000000" and describe(1.0, "fp16").outcome == "exact"
+    assert describe(65520.0, "fp16").outcome == "overflow to inf"
+    assert describe(65519.0, "fp16").value == 65504 and describe(65519.0, "fp16").outcome == "rounded"
+    assert describe(1e-9, "fp16").outcome == "underflow to zero"
+    assert describe(1e-6, "fp16").outcome == "subnormal"
+    assert describe(500.0, "fp8_e4m3").outcome == "saturated" and describe(500.0, "fp8_e4m3").value == 448
+    assert describe(float("nan"), "fp8_e5m2").outcome == "NaN"
+    assert describe(0.1, "bf16").rel_error < 2**-8
+    assert describe(3.0, "e8m0").bits == "10000001"  # 3 = 1.5 x 2: rounds up to 4, as torch does
+    assert spacing(1.0, "bf16") == 2**-7 and spacing(1e9, "fp16") == 32.0
+
+
+def test_bits_html():
+    from utils.bitview import bits_html, stored_table_html
+    from utils.formats import describe
+
+    assert bits_html(describe(-2.0, "fp8_e5m2")).count("<span") == 3
+    assert bits_html(describe(2.0, "e8m0")).count("<span") == 1
+    assert "overflow to inf" in stored_table_html([describe(1e6, "fp16")])
+    with pytest.raises(TypeError, match="stored"):
+        bits_html(1.0)

@@ -99,10 +99,23 @@ def test_planted_submissions_get_the_scores_they_deserve(tmp_path, capsys):
     assert "Lab 00_warmup" in out and "| correct_00_warmup.ipynb" in out
 
 
-def test_grading_the_solution_gives_full_marks(tmp_path, capsys):
-    assert main([str(SOLUTION), "--csv-dir", str(tmp_path)]) == 0
-    row = next(csv.DictReader(open(tmp_path / "00_warmup.csv", newline="")))
-    assert (row["total"], row["max"]) == ("2", "2")
+@pytest.mark.slow
+def test_every_solution_earns_full_marks_and_every_lab_none(tmp_path):
+    """Each solution graded as a submission scores full marks; each untouched lab scores 0, 'not attempted'."""
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    solutions = sorted((ROOT / "solutions").glob("*.ipynb"))
+    for path in solutions:
+        (folder / f"solution_{path.name}").write_text(path.read_text())
+        (folder / f"untouched_{path.name}").write_text((ROOT / "labs" / path.name).read_text())
+    assert main([str(folder), "--jobs", "2", "--csv-dir", str(tmp_path / "grades")]) == 0
+    for path in solutions:
+        rows = {r["submission"]: r for r in csv.DictReader(open(tmp_path / "grades" / f"{path.stem}.csv"))}
+        solved, untouched = rows[f"solution_{path.name}"], rows[f"untouched_{path.name}"]
+        assert solved["total"] == solved["max"] != "0", (path.name, solved["notes"])
+        assert untouched["total"] == "0", (path.name, untouched["notes"])
+        n_exercises = sum(1 for k in untouched if k.startswith("ex "))
+        assert untouched["notes"].count("not attempted") == n_exercises, untouched["notes"]
 
 
 def test_prepare_replaces_checks_with_the_graders_own():

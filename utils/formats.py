@@ -182,3 +182,55 @@ def format_properties(fmt: str) -> dict[str, float]:
     eps = decode(one + 1, fmt) - 1.0 if f.man_bits else 1.0  # e8m0: the next value after 1 is 2
     return {"largest": largest, "smallest_normal": smallest_normal, "smallest_subnormal": smallest_sub,
             "epsilon": eps, "decimal_digits": math.log10(2) * (f.man_bits + 1)}
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What happens to a number stored in a format: its bits, the value kept, the error, and the outcome."""
+
+    fmt: str
+    x: float
+    code: int
+    bits: str  # e.g. "0 01111 0000000000": sign, exponent and mantissa fields separated by spaces
+    value: float
+    abs_error: float
+    rel_error: float
+    outcome: str  # "exact", "rounded", "underflow to zero", "subnormal", "overflow to inf", "saturated", "NaN"
+
+
+def spacing(x: float, fmt: str) -> float:
+    """The gap between |x| (rounded into the format) and the next larger representable value (one ULP)."""
+    f = get_format(fmt)
+    code = encode(abs(float(x)), fmt)
+    if code >= f.max_code:
+        return decode(f.max_code, fmt) - decode(f.max_code - 1, fmt)
+    return decode(code + 1, fmt) - decode(code, fmt)
+
+
+def describe(x: float, fmt: str) -> Stored:
+    """Store `x` in `fmt` and report the bits, the stored value, the rounding error and what happened."""
+    f = get_format(fmt)
+    code = encode(x, fmt)
+    sign, exp, man = fields(code, fmt)
+    parts = ([str(sign)] if f.has_sign else []) + [format(exp, f"0{f.exp_bits}b")]
+    parts += [format(man, f"0{f.man_bits}b")] if f.man_bits else []
+    value = decode(code, fmt)
+    x = float(x)
+    if math.isnan(value):
+        outcome = "NaN"
+    elif math.isinf(value):
+        outcome = "exact" if math.isinf(x) else "overflow to inf"
+    elif f.overflow == "saturate" and (math.isinf(x) or abs(x) > decode(f.max_code, fmt)):
+        outcome = "saturated"
+    elif value == 0 and x != 0:
+        outcome = "underflow to zero"
+    elif value == x:
+        outcome = "exact"
+    elif exp == 0 and f.name != "e8m0":
+        outcome = "subnormal"
+    else:
+        outcome = "rounded"
+    finite = math.isfinite(value) and math.isfinite(x)
+    abs_error = abs(value - x) if finite else math.nan
+    rel_error = abs_error / abs(x) if finite and x != 0 else (0.0 if finite else math.nan)
+    return Stored(fmt, x, code, " ".join(parts), value, abs_error, rel_error, outcome)

@@ -32,10 +32,8 @@ def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in body])
 
 
-def show_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> Any:
-    """Display a table in a notebook (a Markdown object) and return it."""
+def show_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
+    """Display a table in a notebook, rendered from Markdown."""
     from IPython.display import Markdown, display
 
-    md = Markdown(format_table(rows, headers))
-    display(md)
-    return md
+    display(Markdown(format_table(rows, headers)))
