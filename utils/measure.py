@@ -77,11 +77,12 @@ def _module_state_storages(objects: Iterable[Any]) -> set[int]:
 class SavedTensorCounter:
     """Counts what autograd saves for backward while active; see `saved_activation_bytes`.
 
-    Parameters (and the parameters and buffers of `exclude_modules`) are not counted: they are
-    model state, not activations. Each storage is counted once, whole, as that is what stays alive.
+    Parameters (and the parameters and buffers of `exclude_modules`, and `exclude_tensors`) are not
+    counted: they are model state, not activations. Each storage is counted once, whole, as that is what stays alive.
     """
 
     exclude_modules: tuple[Any, ...] = ()
+    exclude_tensors: tuple[torch.Tensor, ...] = ()
     bytes: int = 0
     count: int = 0
     _seen: dict[int, StorageWeakRef] = field(default_factory=dict, repr=False)
@@ -102,9 +103,15 @@ class SavedTensorCounter:
                 self.count += 1
         return t
 
+    def reset(self) -> None:
+        """Start counting from zero (a new forward pass)."""
+        self.bytes, self.count = 0, 0
+        self._seen.clear()
+
     @contextmanager
     def active(self) -> Iterator[SavedTensorCounter]:
         self._excluded = _module_state_storages(self.exclude_modules)
+        self._excluded |= {t.untyped_storage()._cdata for t in self.exclude_tensors}
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
             yield self
 
@@ -162,6 +169,39 @@ def cuda_peak(device: int | str | torch.device | None = None) -> Iterator[CudaPe
         record.allocated_after = torch.cuda.memory_allocated(dev)
 
 
+class _NoHook:
+    def remove(self) -> None:
+        pass
+
+
+def make_mem_tracker(*external: Any) -> Any:
+    """A torch MemTracker following `external` modules, optimizers and tensors.
+
+    MemTracker installs a gradient hook on every parameter, which fails for a frozen one (requires_grad
+    False, as in LoRA); frozen parameters are marked as already hooked, so they are tracked without one.
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    for obj in external:
+        if isinstance(obj, torch.nn.Module):
+            for p in obj.parameters():
+                if not p.requires_grad:
+                    tracker._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
+    tracker.track_external(*external)
+    return tracker
+
+
+def peak_by_category(tracker: Any) -> dict[str, int]:
+    """A MemTracker's peak snapshot as {category name: bytes}, summed over devices."""
+    totals: dict[str, int] = {}
+    for per_device in tracker.get_tracker_snapshot("peak").values():
+        for category, nbytes in per_device.items():
+            name = getattr(category, "value", str(category))
+            totals[name] = totals.get(name, 0) + nbytes
+    return totals
+
+
 def step_peak_by_category(
     step: Callable[[], Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
     steps: int = 2,
@@ -172,8 +212,6 @@ def step_peak_by_category(
     `step()` runs one full training step; it runs `steps` times (the first creates optimizer state)
     and the peak over all of them is reported (by category at that moment, summed over devices).
     """
-    from torch.distributed._tools.mem_tracker import MemTracker
-
     if not callable(step):
         raise TypeError(f"step must be callable, got {type(step).__name__}")
     _check_module(model)
@@ -181,16 +219,10 @@ def step_peak_by_category(
         raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
-    tracker = MemTracker()
-    tracker.track_external(*(obj for obj in (model, optimizer) if obj is not None))
+    tracker = make_mem_tracker(*(obj for obj in (model, optimizer) if obj is not None))
     with tracker:
         for i in range(steps):
             if i > 0:  # MemTracker refuses a second pass over the same modules without this
                 tracker.reset_mod_stats()
             step()
-    totals: dict[str, int] = {}
-    for per_device in tracker.get_tracker_snapshot("peak").values():
-        for category, nbytes in per_device.items():
-            name = getattr(category, "value", str(category))
-            totals[name] = totals.get(name, 0) + nbytes
-    return totals
+    return peak_by_category(tracker)

@@ -1,0 +1,138 @@
+"""The estimator against measurement: activations within 1%, parameters, gradients and states exact."""
+
+import copy
+
+import pytest
+import torch
+
+from utils.estimate import (PRESETS, TransformerShape, checkpointed, estimate_memory, main, make_optimizer,
+                            measure_step, transformer_activation_bytes, transformer_memory, validate)
+from utils.measure import gradient_bytes, optimizer_state_bytes, parameter_bytes, saved_activation_bytes
+from utils.models import GPT, GPTConfig, cnn, gpt_batch, mlp
+
+
+def variants():
+    torch.manual_seed(0)
+    cfg = dict(n_layer=3, d_model=64, n_head=4, seq_len=32, vocab_size=100)
+    gpt_in = tuple(t.contiguous() for t in gpt_batch(GPTConfig(**cfg), 3))
+    return {
+        "mlp": (mlp(32, 128, 10, depth=4), (torch.randn(16, 32),)),
+        "cnn": (cnn(8, 10, 12), (torch.randn(4, 3, 12, 12),)),
+        "gpt-eager": (GPT(GPTConfig(**cfg, attention="eager")), gpt_in),
+        "gpt-sdpa": (GPT(GPTConfig(**cfg, attention="sdpa")), gpt_in),
+    }
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt-eager", "gpt-sdpa"])
+def test_activations_within_one_percent_of_measured(name, checkpointing):
+    model, inputs = variants()[name]
+    with checkpointed(model) if checkpointing else torch.enable_grad():
+        measured = saved_activation_bytes(model, *inputs)
+    estimated = estimate_memory(model, inputs, checkpointing=checkpointing).activations
+    assert abs(estimated - measured) <= 0.01 * measured, (estimated, measured)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "sgd-momentum", "adam", "adamw"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "bf16"])
+def test_parameters_gradients_states_exact(optimizer, precision):
+    model, inputs = variants()["mlp"]
+    model[0].weight.requires_grad_(False)  # a frozen layer has no gradient and no optimizer state
+    est = estimate_memory(model, inputs, optimizer=optimizer, precision=precision)
+    real = copy.deepcopy(model).to(torch.bfloat16) if precision == "bf16" else copy.deepcopy(model)
+    x = inputs[0].to(torch.bfloat16) if precision == "bf16" else inputs[0]
+    opt = make_optimizer(optimizer, real.parameters())
+    dtype = torch.bfloat16 if precision == "bf16-mixed" else None
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+        loss = real(x).float().sum()
+    loss.backward()
+    opt.step()
+    assert est.params == parameter_bytes(real)
+    assert est.grads == gradient_bytes(real)
+    assert est.optimizer_states == optimizer_state_bytes(opt)
+
+
+@pytest.mark.parametrize(("precision", "checkpointing", "batch"), [("fp32", False, 4), ("fp32", True, 8),
+                                                                   ("bf16-mixed", False, 4)])
+def test_total_matches_the_measured_step_peak(precision, checkpointing, batch):
+    cfg = GPTConfig(n_layer=2, d_model=32, n_head=4, seq_len=32, vocab_size=64)
+    model = GPT(cfg)
+    inputs = gpt_batch(cfg, batch)
+    measured = measure_step(model, inputs, precision=precision, checkpointing=checkpointing)
+    est = estimate_memory(model, inputs, precision=precision, checkpointing=checkpointing)
+    assert abs(est.total - measured) <= 0.01 * measured
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "bf16"])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_analytic_agrees_with_traced(attention, precision, checkpointing):
+    shape = TransformerShape(n_layer=3, d_model=48, n_head=4, seq_len=24, vocab_size=70)
+    model = GPT(GPTConfig(n_layer=3, d_model=48, n_head=4, seq_len=24, vocab_size=70, attention=attention))
+    inputs = tuple(t.contiguous() for t in gpt_batch(model.cfg, 2))
+    traced = estimate_memory(model, inputs, precision=precision, checkpointing=checkpointing)
+    analytic = transformer_memory(shape, 2, precision=precision, checkpointing=checkpointing, attention=attention)
+    assert analytic.activations == traced.activations
+    assert (analytic.params, analytic.grads, analytic.optimizer_states) == (
+        traced.params, traced.grads, traced.optimizer_states)
+    assert shape.n_params == sum(p.numel() for p in model.parameters())
+
+
+def test_large_models_on_meta_and_presets():
+    shape = PRESETS["1.3B"]
+    with torch.device("meta"):
+        model = GPT(GPTConfig(n_layer=shape.n_layer, d_model=shape.d_model, n_head=shape.n_head,
+                              seq_len=shape.seq_len, vocab_size=shape.vocab_size))
+    x = torch.zeros(1, shape.seq_len, dtype=torch.long, device="meta")
+    y = torch.zeros(1, shape.seq_len, dtype=torch.long, device="meta")
+    traced = estimate_memory(model, (x, y), precision="bf16-mixed")
+    analytic = transformer_memory(shape, 1, precision="bf16-mixed")
+    assert traced.activations == analytic.activations and traced.params == analytic.params
+    assert next(model.parameters()).device.type == "meta", "the model is left as it was"
+    assert 6e9 < PRESETS["7B"].n_params < 7.5e9
+
+
+def test_model_is_left_unchanged():
+    model, inputs = variants()["gpt-sdpa"]
+    before = [(id(p), p.dtype) for p in model.parameters()]
+    estimate_memory(model, inputs, precision="bf16", checkpointing=True)
+    assert before == [(id(p), p.dtype) for p in model.parameters()]
+    assert all(p.grad is None for p in model.parameters())
+    assert "forward" not in vars(model.blocks[0])
+
+
+def test_bad_arguments():
+    model, inputs = variants()["mlp"]
+    with pytest.raises(ValueError, match="optimizer"):
+        estimate_memory(model, inputs, optimizer="lion")
+    with pytest.raises(ValueError, match="precision"):
+        estimate_memory(model, inputs, precision="fp8")
+    with pytest.raises(TypeError, match="checkpointing"):
+        estimate_memory(model, inputs, checkpointing="yes")
+    with pytest.raises(TypeError, match="model"):
+        estimate_memory("gpt", inputs)
+    with pytest.raises(TypeError, match="example_inputs"):
+        estimate_memory(model, [1, 2])
+    with pytest.raises(TypeError, match="loss_fn"):
+        estimate_memory(model, inputs, loss_fn=3)
+    with pytest.raises(ValueError, match="checkpointing needs"):
+        with checkpointed(torch.nn.Linear(2, 2)):
+            pass
+    with pytest.raises(ValueError, match="divisible"):
+        TransformerShape(2, 10, 3, 8, 8)
+    with pytest.raises(ValueError, match="batch"):
+        transformer_activation_bytes(PRESETS["7B"], 0)
+    with pytest.raises(ValueError, match="attention"):
+        transformer_activation_bytes(PRESETS["7B"], 1, attention="flash")
+    with pytest.raises(TypeError, match="shape"):
+        transformer_memory("7B", 1)
+    with pytest.raises(ValueError, match="optimizer"):
+        make_optimizer("lion", model.parameters())
+
+
+def test_validate_table(capsys):
+    rows = validate()
+    assert len(rows) >= 8
+    main(["--validate"])
+    out = capsys.readouterr().out
+    assert "16 B/param" in out and "measured" in out and out.count("\n|") >= 9

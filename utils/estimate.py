@@ -1,0 +1,409 @@
+"""Memory estimators: traced (any model, on fake tensors) and analytic (GPT-style transformers of any size).
+
+`estimate_memory` runs the model's forward under torch's FakeTensorMode: shapes, dtypes and the ops'
+choices are real, but no memory is allocated, so it answers for models larger than the machine. It
+counts, for one training step:
+
+- params: every parameter in its training dtype (FP32 master weights in the mixed precisions);
+- grads: one gradient per trainable parameter (FP32 in the mixed precisions, BF16 in pure BF16);
+- optimizer_states: momentum (SGD with momentum) or two moments plus a 4-byte step counter per tensor
+  (Adam/AdamW), in the parameter's dtype, for trainable parameters only;
+- activations: the bytes autograd saves for backward, counted with the same saved-tensor hooks as
+  `utils.measure.saved_activation_bytes` (exact: the traced forward runs the same ops). Under autocast this
+  includes the low-precision weight copies that matmuls save, which is real memory of mixed precision;
+- optimizer_temporaries: the optimizer step's transient buffers at its peak (this follows the implementation
+  torch picks for CPU tensors; on CUDA the multi-tensor "foreach" path makes larger ones);
+- total: the peak of the whole traced step (forward, backward, optimizer step) as torch's MemTracker sees
+  it: what is alive at the worst moment, backward's temporaries (logit gradients, a checkpointed block's
+  recomputation) included. It is not the sum of the parts: activations shrink while gradients grow, and
+  with checkpointing a recomputed block's full activations come back for a moment.
+  Allocator rounding, the CUDA context and kernel workspaces are not modelled (chapter 07 measures them).
+
+Autocast is traced with CPU semantics (CPU and CUDA autocast keep different ops in FP32; chapter 04).
+`transformer_memory` is the analytic counterpart for `utils.models.GPT` at any size (1.3B to 70B); a test
+checks that both agree where both can run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+from utils.measure import SavedTensorCounter, make_mem_tracker, peak_by_category
+
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
+STEP_COUNTER_BYTES = 4  # torch's Adam keeps `step` as a float32 scalar tensor per parameter
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes of one training step, by part (see the module docstring for what each part counts)."""
+
+    params: int
+    grads: int
+    optimizer_states: int
+    activations: int
+    optimizer_temporaries: int
+    total: int
+
+    def rows(self) -> list[tuple[str, int]]:
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+
+
+def _check_choices(optimizer: str, precision: str, checkpointing: bool) -> None:
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if not isinstance(checkpointing, bool):
+        raise TypeError(f"checkpointing must be a bool, got {type(checkpointing).__name__}")
+
+
+def param_dtype(precision: str) -> torch.dtype:
+    """The dtype parameters (and optimizer states) are kept in."""
+    return torch.bfloat16 if precision == "bf16" else torch.float32
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    return {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(precision)
+
+
+def state_bytes_per_element(optimizer: str, precision: str) -> int:
+    """Optimizer state bytes per trainable parameter element (step counters excluded)."""
+    size = torch.finfo(param_dtype(precision)).bits // 8
+    return {"sgd": 0, "sgd-momentum": size, "adam": 2 * size, "adamw": 2 * size}[optimizer]
+
+
+def _blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks to checkpoint: the largest ModuleList's members."""
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []
+
+
+@contextmanager
+def checkpointed(model: nn.Module) -> Iterator[nn.Module]:
+    """Checkpoint the model while inside: each block of its largest ModuleList, or, for an nn.Sequential,
+    segments of about sqrt(n) layers. The estimator and the measured runs use the same rule."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    blocks = _blocks(model)
+    patched: list[nn.Module] = []
+    if blocks:
+        for block in blocks:
+            block.forward = (lambda f: lambda *a, **k: checkpoint(f, *a, use_reentrant=False, **k))(block.forward)
+            patched.append(block)
+    elif isinstance(model, nn.Sequential):
+        segments = max(1, round(math.sqrt(len(model))))
+        plain = nn.Sequential(*model)  # the same layers, with the class's own forward
+        model.forward = lambda x: checkpoint_sequential(plain, segments, x, use_reentrant=False)
+        patched.append(model)
+    else:
+        raise ValueError("checkpointing needs a model with an nn.ModuleList of blocks, or an nn.Sequential")
+    try:
+        yield model
+    finally:
+        for module in patched:
+            del module.forward  # the instance attribute goes; the class's forward is back
+
+
+def _fake_input_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A fake input with the same strides and storage size: a slice keeps its whole storage alive."""
+    dtype = dtype or t.dtype
+    elements = t.untyped_storage().nbytes() // t.element_size()
+    base = torch.empty(elements, dtype=dtype, device="cpu")
+    return base.as_strided(t.shape, t.stride(), t.storage_offset()).requires_grad_(t.requires_grad)
+
+
+@contextmanager
+def _fake_state(model: nn.Module, p_dtype: torch.dtype) -> Iterator[list[torch.Tensor]]:
+    """Swap the model's parameters and buffers for fake CPU tensors (inside a FakeTensorMode), then back."""
+    swapped: list[tuple[dict, str, Any]] = []
+    fakes = []
+    try:
+        for module in model.modules():
+            for name, p in list(module._parameters.items()):
+                if p is None:
+                    continue
+                dtype = p_dtype if p.is_floating_point() else p.dtype
+                fake = nn.Parameter(torch.empty(p.shape, dtype=dtype, device="cpu"), requires_grad=p.requires_grad)
+                swapped.append((module._parameters, name, p))
+                module._parameters[name] = fake
+                fakes.append(fake)
+            for name, b in list(module._buffers.items()):
+                if b is not None:
+                    swapped.append((module._buffers, name, b))
+                    module._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device="cpu")
+                    fakes.append(module._buffers[name])
+        yield fakes
+    finally:
+        for table, name, original in reversed(swapped):
+            table[name] = original
+
+
+def _default_loss(out: Any) -> torch.Tensor:
+    out = out[0] if isinstance(out, tuple | list) else out
+    if not isinstance(out, torch.Tensor):
+        raise TypeError("the model's output is not a tensor: pass loss_fn to turn it into a scalar loss")
+    return out if out.dim() == 0 else out.float().sum()  # a sum saves nothing for backward
+
+
+def _training_step(model: nn.Module, inputs: Sequence[torch.Tensor], opt: torch.optim.Optimizer, precision: str,
+                   checkpointing: bool, loss_fn: Callable[[Any], torch.Tensor] | None,
+                   counter: SavedTensorCounter | None = None) -> Callable[[], None]:
+    """One training step as the course runs it: (autocast) forward, loss, backward, step, zero_grad."""
+    a_dtype = autocast_dtype(precision)
+    device_type = inputs[0].device.type if inputs else "cpu"
+
+    def step() -> None:
+        autocast = torch.autocast(device_type, dtype=a_dtype) if a_dtype else nullcontext()
+        saving = counter.active() if counter is not None else nullcontext()
+        with saving, autocast, (checkpointed(model) if checkpointing else nullcontext()):
+            loss = (loss_fn or _default_loss)(model(*inputs))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def estimate_memory(model: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, *, optimizer: str = "adamw",
+                    precision: str = "fp32", checkpointing: bool = False,
+                    loss_fn: Callable[[Any], torch.Tensor] | None = None) -> MemoryEstimate:
+    """Estimate one training step's memory by tracing it on fake tensors (no real memory is used).
+
+    `model` may live on the CPU or the meta device; `example_inputs` are the forward's positional inputs
+    (real or meta tensors; only shapes, strides and dtypes matter). A model that returns a scalar is taken to
+    return its loss; otherwise `loss_fn(output)` (default: a sum) gives it. The model is left unchanged.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, Sequence) or not all(isinstance(x, torch.Tensor) for x in example_inputs):
+        raise TypeError("example_inputs must be a tensor or a sequence of tensors")
+    _check_choices(optimizer, precision, checkpointing)
+    if loss_fn is not None and not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable or None, got {type(loss_fn).__name__}")
+    p_dtype = param_dtype(precision)
+    p_size = torch.finfo(p_dtype).bits // 8
+    all_params = list(model.parameters())
+    trainable = [p for p in all_params if p.requires_grad]
+    params = sum(p.numel() for p in all_params) * p_size
+    grads = sum(p.numel() for p in trainable) * p_size
+    states = sum(p.numel() for p in trainable) * state_bytes_per_element(optimizer, precision)
+    states += STEP_COUNTER_BYTES * len(trainable) if optimizer in ("adam", "adamw") else 0
+
+    with FakeTensorMode(allow_non_fake_inputs=True), _fake_state(model, p_dtype) as fakes:
+        inputs = [_fake_input_like(x, p_dtype if precision == "bf16" and x.is_floating_point() else None)
+                  for x in example_inputs]
+        opt = make_optimizer(optimizer, model.parameters())
+        counter = SavedTensorCounter(exclude_tensors=tuple(fakes))
+        step = _training_step(model, inputs, opt, precision, checkpointing, loss_fn, counter)
+        step()  # the first step creates the optimizer's state
+        counter.reset()
+        tracker = make_mem_tracker(model, opt)
+        with tracker:
+            step()
+        total = peak_by_category(tracker)["Total"]
+        # The optimizer step alone, with gradients in place: MemTracker files what the step allocates under
+        # "Optstate", so its peak is the states plus the step's transient buffers.
+        for p in model.parameters():
+            if p.requires_grad:
+                p.grad = torch.empty_like(p)
+        step_tracker = make_mem_tracker(model, opt)
+        with step_tracker:
+            opt.step()
+        temporaries = max(0, peak_by_category(step_tracker).get("Optstate", 0) - states)
+    return MemoryEstimate(params, grads, states, counter.bytes, temporaries, total)
+
+
+def make_optimizer(optimizer: str, params: Iterable[torch.Tensor], lr: float = 1e-3) -> torch.optim.Optimizer:
+    """The optimizer named as in the estimator ("sgd", "sgd-momentum", "adam", "adamw")."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    params = [p for p in params if p.requires_grad]
+    if optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if optimizer == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return (torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW)(params, lr=lr)
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """A GPT-style transformer as built by `utils.models.GPT` (LayerNorm, MLP 4x, untied head)."""
+
+    n_layer: int
+    d_model: int
+    n_head: int
+    seq_len: int
+    vocab_size: int
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{f.name} must be a positive int, got {value!r}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+
+    @property
+    def n_params(self) -> int:
+        d, v, t = self.d_model, self.vocab_size, self.seq_len
+        return 2 * v * d + t * d + self.n_layer * (12 * d * d + 13 * d) + 2 * d
+
+
+# GPT-style stand-ins for well-known sizes (this GPT's untied head and LayerNorm make them differ a little
+# from the originals): show `n_params`, which is computed, never the name, as their size.
+PRESETS: dict[str, TransformerShape] = {
+    "125M": TransformerShape(12, 768, 12, 1024, 50257),
+    "1.3B": TransformerShape(24, 2048, 16, 2048, 50257),
+    "7B": TransformerShape(32, 4096, 32, 4096, 32000),
+    "13B": TransformerShape(40, 5120, 40, 4096, 32000),
+    "70B": TransformerShape(80, 8192, 64, 4096, 32000),
+}
+
+
+def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precision: str = "fp32",
+                                 checkpointing: bool = False, attention: str = "sdpa") -> int:
+    """Bytes saved for backward by one forward of `utils.models.GPT` (CPU semantics), with the loss.
+
+    Per layer, with n = batch x seq tokens, a = residual-stream bytes and c = compute bytes per element:
+    two LayerNorms save their input and two statistics (2a.n.d + 4a.n); the matmul inputs, the q/k/v,
+    attention output and the MLP's 4d-wide tensors save 14c.n.d; SDPA adds a float32 log-sum-exp per head
+    (4.b.h.T), eager attention the mask (T^2) and the softmax output (c.b.h.T^2); autocast saves a 2-byte
+    copy of every matmul weight (24 d^2). Checkpointing keeps only each block's input (a.n.d).
+    """
+    _check_choices("adamw", precision, checkpointing)
+    if attention not in ("sdpa", "eager"):
+        raise ValueError(f"attention must be 'sdpa' or 'eager', got {attention!r}")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    d, h, t, v, b = shape.d_model, shape.n_head, shape.seq_len, shape.vocab_size, batch
+    n = b * t
+    mixed = autocast_dtype(precision) is not None
+    a = 2 if precision == "bf16" else 4
+    c = 2 if precision != "fp32" else 4
+    if checkpointing:
+        per_layer = a * n * d
+    else:
+        per_layer = 2 * a * n * d + 4 * a * n + 14 * c * n * d + (24 * d * d if mixed else 0)
+        per_layer += 4 * b * h * t if attention == "sdpa" else t * t + c * b * h * t * t
+    # Outside the blocks: token ids, positions, final LayerNorm, head input (and weight copy under
+    # autocast), log-softmax of the logits (float32 unless pure BF16), targets, and the loss's weight sum.
+    outside = 8 * n + 8 * t + a * n * d + 2 * a * n + c * n * d + (2 * v * d if mixed else 0)
+    outside += (2 if precision == "bf16" else 4) * n * v + 8 * n + a
+    return shape.n_layer * per_layer + outside
+
+
+def transformer_memory(shape: TransformerShape, batch: int, *, optimizer: str = "adamw", precision: str = "fp32",
+                       checkpointing: bool = False, attention: str = "sdpa") -> MemoryEstimate:
+    """The analytic estimate for `utils.models.GPT` at any size (optimizer temporaries not modelled: 0)."""
+    if not isinstance(shape, TransformerShape):
+        raise TypeError(f"shape must be a TransformerShape, got {type(shape).__name__}")
+    _check_choices(optimizer, precision, checkpointing)
+    p = shape.n_params
+    size = torch.finfo(param_dtype(precision)).bits // 8
+    tensors = 2 + shape.n_layer * 12 + 2 + 1  # two embeddings, 12 per block (weights, biases), ln_f, head
+    states = p * state_bytes_per_element(optimizer, precision)
+    states += STEP_COUNTER_BYTES * tensors if optimizer in ("adam", "adamw") else 0
+    acts = transformer_activation_bytes(shape, batch, precision=precision, checkpointing=checkpointing,
+                                        attention=attention)
+    return MemoryEstimate(p * size, p * size, states, acts, 0, p * size * 2 + states + acts)
+
+
+RULES_OF_THUMB: dict[str, Callable[[int, int], int]] = {
+    # (parameter count, bytes of the parameters as stored) -> predicted bytes
+    "16 B/param": lambda n, _: 16 * n,
+    "18 B/param": lambda n, _: 18 * n,
+    "4x model size": lambda _, model_bytes: 4 * model_bytes,
+}
+
+
+def measure_step(model: nn.Module, inputs: Sequence[torch.Tensor], *, optimizer: str = "adamw",
+                 precision: str = "fp32", checkpointing: bool = False,
+                 loss_fn: Callable[[Any], torch.Tensor] | None = None) -> int:
+    """The measured peak bytes of a real training step (after a first step created the optimizer state):
+    max_memory_allocated on a GPU, MemTracker's tensor bytes on a CPU. Pure "bf16" trains a BF16 copy."""
+    import copy
+
+    from utils.measure import cuda_peak, step_peak_by_category
+
+    _check_choices(optimizer, precision, checkpointing)
+    if precision == "bf16":
+        model = copy.deepcopy(model).to(torch.bfloat16)
+        inputs = [x.to(torch.bfloat16) if x.is_floating_point() else x for x in inputs]
+    opt = make_optimizer(optimizer, model.parameters())
+    step = _training_step(model, inputs, opt, precision, checkpointing, loss_fn)
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        step()
+        with cuda_peak(device) as peak:
+            step()
+        return peak.peak_allocated
+    return step_peak_by_category(step, model, opt)["Total"]
+
+
+def validate(configs: Sequence[dict[str, Any]] | None = None) -> list[list[str]]:
+    """Estimator vs measured vs rules of thumb, for a small GPT in several configurations (computed)."""
+    from utils.models import GPT, GPTConfig, gpt_batch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    configs = configs or [
+        {"precision": p, "optimizer": o, "checkpointing": ck, "batch": b}
+        for p, o, ck, b in [("fp32", "adamw", False, 4), ("fp32", "adamw", True, 4), ("fp32", "sgd", False, 4),
+                            ("fp32", "sgd", True, 8), ("fp32", "adamw", False, 16), ("bf16-mixed", "adamw", False, 4),
+                            ("bf16-mixed", "adamw", True, 4), ("bf16-mixed", "sgd", False, 8)]]
+    rows = []
+    for cfg_dict in configs:
+        cfg = GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256)
+        torch.manual_seed(0)
+        model = GPT(cfg).to(device)
+        x, y = gpt_batch(cfg, cfg_dict["batch"], device=device)
+        x, y = x.contiguous(), y.contiguous()
+        kwargs = {k: cfg_dict[k] for k in ("optimizer", "precision", "checkpointing")}
+        measured = measure_step(model, (x, y), **kwargs)
+        shape = TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)
+        n = shape.n_params
+        guesses = [estimate_memory(model, (x, y), **kwargs).total,
+                   transformer_memory(shape, cfg_dict["batch"], **kwargs).total]
+        guesses += [rule(n, n * 4) for rule in RULES_OF_THUMB.values()]
+        rows.append([cfg_dict["precision"], cfg_dict["optimizer"], "on" if cfg_dict["checkpointing"] else "off",
+                     str(cfg_dict["batch"]), f"{measured:,}"]
+                    + [f"{g:,} ({100 * (g - measured) / measured:+.1f}%)" for g in guesses])
+    return rows
+
+
+VALIDATE_HEADERS = ["precision", "optimizer", "checkpointing", "batch", "measured peak B", "traced estimator",
+                    "analytic (sum of parts)", *RULES_OF_THUMB]
+
+
+def main(argv: list[str] | None = None) -> None:
+    from utils.env import device_info
+    from utils.tables import format_table
+
+    parser = argparse.ArgumentParser(description="Memory estimators of the GPU memory course.")
+    parser.add_argument("--validate", action="store_true", help="estimator vs measured vs rules of thumb")
+    args = parser.parse_args(argv)
+    if not args.validate:
+        parser.print_help()
+        return
+    info = device_info()
+    how = "max_memory_allocated" if info.is_cuda else "MemTracker (tensor bytes at the step's peak)"
+    print(f"Training-step memory of a 2-layer GPT (d=64, T=64, V=256) on {info.name}; measured with {how}.\n")
+    print(format_table(validate(), VALIDATE_HEADERS))
+
+
+if __name__ == "__main__":
+    main()
