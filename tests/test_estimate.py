@@ -5,8 +5,18 @@ import copy
 import pytest
 import torch
 
-from utils.estimate import (PRESETS, TransformerShape, checkpointed, estimate_memory, main, make_optimizer,
-                            measure_step, transformer_activation_bytes, transformer_memory, validate)
+from utils.estimate import (
+    PRESETS,
+    TransformerShape,
+    checkpointed,
+    estimate_memory,
+    main,
+    make_optimizer,
+    measure_step,
+    transformer_activation_bytes,
+    transformer_memory,
+    validate,
+)
 from utils.measure import gradient_bytes, optimizer_state_bytes, parameter_bytes, saved_activation_bytes
 from utils.models import GPT, GPTConfig, cnn, gpt_batch, mlp
 
@@ -136,3 +146,22 @@ def test_validate_table(capsys):
     main(["--validate"])
     out = capsys.readouterr().out
     assert "16 B/param" in out and "measured" in out and out.count("\n|") >= 9
+
+
+def test_will_it_fit_and_bar():
+    from utils.estimate import will_it_fit
+    from utils.plots import memory_bar
+
+    small = will_it_fit("125M", 8, 1024, gpu="T4")
+    big = will_it_fit("70B", 1, 4096, precision="fp32", gpu="H100")
+    assert small.fits and small.margin > 0 and not big.fits and big.margin < 0
+    assert will_it_fit("7B", 1, 4096, checkpointing=True).estimate.activations < \
+        will_it_fit("7B", 1, 4096).estimate.activations
+    fig = memory_bar({"params": 10, "grads": 5}, capacity=20, title="t", unit=1, unit_name="B")
+    assert len(fig.axes[0].patches) == 2
+    for kwargs, match in (({"preset": "3B"}, "preset"), ({"gpu": "V100"}, "gpu"), ({"seq_len": 0}, "seq_len")):
+        args = {"preset": "7B", "batch": 1, "seq_len": 128} | kwargs
+        with pytest.raises(ValueError, match=match):
+            will_it_fit(args.pop("preset"), args.pop("batch"), args.pop("seq_len"), **args)
+    with pytest.raises(ValueError, match="parts"):
+        memory_bar({"x": -1})

@@ -407,3 +407,39 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# Nominal memory of the GPUs workshop hosts rent (GB as sold, read as GiB). The CUDA context and the caching
+# allocator take a little more of it (chapter 07 measures how much).
+GPU_MEMORY_GB: dict[str, int] = {"T4": 16, "A10G": 24, "A100 40GB": 40, "A100 80GB": 80, "H100": 80}
+
+
+@dataclass(frozen=True)
+class FitReport:
+    estimate: MemoryEstimate
+    capacity: int
+    gpu: str
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.total <= self.capacity
+
+    @property
+    def margin(self) -> int:
+        """Bytes left over (negative: how much is missing)."""
+        return self.capacity - self.estimate.total
+
+
+def will_it_fit(preset: str, batch: int, seq_len: int, *, precision: str = "bf16-mixed", optimizer: str = "adamw",
+                checkpointing: bool = False, gpu: str = "A100 80GB") -> FitReport:
+    """The analytic estimate of a preset transformer at a batch and sequence length, against a GPU's memory."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    if gpu not in GPU_MEMORY_GB:
+        raise ValueError(f"gpu must be one of {sorted(GPU_MEMORY_GB)}, got {gpu!r}")
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
+        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    base = PRESETS[preset]
+    shape = TransformerShape(base.n_layer, base.d_model, base.n_head, seq_len, base.vocab_size)
+    est = transformer_memory(shape, batch, optimizer=optimizer, precision=precision, checkpointing=checkpointing)
+    return FitReport(est, GPU_MEMORY_GB[gpu] * 2**30, gpu)
