@@ -80,3 +80,16 @@ def matmul_tflops(n: int, dtype: torch.dtype = torch.float32, device: str | torc
     b = torch.randn(n, n, device=dev).to(dtype)
     timing = time_fn(lambda: a @ b, repeats=repeats, device=dev)
     return 2 * n**3 / timing.median_s / 1e12, timing
+
+
+def count_flops(fn: Callable[[], Any]) -> int:
+    """Floating-point operations of `fn()` as torch's FlopCounterMode counts them (matmuls, convolutions,
+    attention; elementwise ops are not counted)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return counter.get_total_flops()
