@@ -32,7 +32,7 @@ def test_op_dtypes_discovers_autocast_policy():
     x, y = gpt_batch(cfg, 2)
     table = op_dtypes(lambda: model(x, y).backward(), dtype=torch.bfloat16)
     by_op = {}
-    for op, ins, outs, _ in table:
+    for op, _ins, outs, _ in table:
         by_op.setdefault(op, set()).add(outs)
     assert "bfloat16" in by_op["addmm"] or "bfloat16" in by_op.get("mm", set())
     assert by_op["native_layer_norm"] == {"float32"}  # its input is the FP32 residual stream
