@@ -430,16 +430,20 @@ class FitReport:
         return self.capacity - self.estimate.total
 
 
-def will_it_fit(preset: str, batch: int, seq_len: int, *, precision: str = "bf16-mixed", optimizer: str = "adamw",
-                checkpointing: bool = False, gpu: str = "A100 80GB") -> FitReport:
-    """The analytic estimate of a preset transformer at a batch and sequence length, against a GPU's memory."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+def will_it_fit(model: str | TransformerShape, batch: int, seq_len: int, *, precision: str = "bf16-mixed",
+                optimizer: str = "adamw", checkpointing: bool = False, gpu: str = "A100 80GB") -> FitReport:
+    """The analytic estimate of a transformer (a preset's name, or a custom TransformerShape) at a batch and
+    sequence length, against a GPU's memory."""
+    if isinstance(model, TransformerShape):
+        base = model
+    elif model in PRESETS:
+        base = PRESETS[model]
+    else:
+        raise ValueError(f"model must be a TransformerShape or one of {sorted(PRESETS)}, got {model!r}")
     if gpu not in GPU_MEMORY_GB:
         raise ValueError(f"gpu must be one of {sorted(GPU_MEMORY_GB)}, got {gpu!r}")
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
-    base = PRESETS[preset]
     shape = TransformerShape(base.n_layer, base.d_model, base.n_head, seq_len, base.vocab_size)
     est = transformer_memory(shape, batch, optimizer=optimizer, precision=precision, checkpointing=checkpointing)
     return FitReport(est, GPU_MEMORY_GB[gpu] * 2**30, gpu)
