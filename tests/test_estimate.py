@@ -2,6 +2,7 @@
 
 import copy
 
+import matplotlib.pyplot as plt
 import pytest
 import torch
 
@@ -159,6 +160,7 @@ def test_will_it_fit_and_bar():
         will_it_fit("7B", 1, 4096).estimate.activations
     fig = memory_bar({"params": 10, "grads": 5}, capacity=20, title="t", unit=1, unit_name="B")
     assert len(fig.axes[0].patches) == 2
+    plt.close(fig)
     custom = will_it_fit(TransformerShape(4, 256, 4, 128, 1000), 2, 512, gpu="T4")
     assert custom.fits and custom.estimate.params == TransformerShape(4, 256, 4, 512, 1000).n_params * 4
     for kwargs, match in (({"preset": "3B"}, "model"), ({"gpu": "V100"}, "gpu"), ({"seq_len": 0}, "seq_len")):
