@@ -1,0 +1,86 @@
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from utils.profiling import (
+    census_growth,
+    graph_held_bytes,
+    largest_fitting,
+    live_tensors,
+    plot_snapshot,
+    profiler_timeline,
+    snapshot_timeline,
+)
+
+
+def test_census_finds_a_planted_leak():
+    kept = []
+    before = live_tensors()
+    for _ in range(3):
+        kept.append(torch.zeros(123, 7))
+    grown = census_growth(before, live_tensors())
+    assert grown[0] == (("cpu", "float32", (123, 7)), 3 * 123 * 7 * 4)
+    with pytest.raises(TypeError, match="censuses"):
+        census_growth([], {})
+
+
+def test_largest_fitting():
+    calls = []
+
+    def fits(n):
+        calls.append(n)
+        return n <= 37
+
+    assert largest_fitting(fits) == 37 and len(calls) < 20
+    assert largest_fitting(lambda n: True, limit=100) == 100
+    assert largest_fitting(lambda n: False, start=4) == 3
+    with pytest.raises(ValueError, match="start"):
+        largest_fitting(fits, start=0)
+    with pytest.raises(TypeError, match="fits"):
+        largest_fitting(3)
+
+
+def test_snapshot_rendering_from_a_synthetic_trace():
+    frames_a = [{"filename": "/x/torch/nn/linear.py", "line": 1, "name": "forward"},
+                {"filename": "/nb/train.py", "line": 10, "name": "step"}]
+    frames_b = [{"filename": "/nb/train.py", "line": 20, "name": "loss_fn"}]
+    trace = [{"action": "alloc", "addr": 1, "size": 2**20, "frames": frames_a},
+             {"action": "alloc", "addr": 2, "size": 2**21, "frames": frames_b},
+             {"action": "free_requested", "addr": 1, "size": 2**20},
+             {"action": "free_completed", "addr": 1, "size": 2**20},
+             {"action": "segment_alloc", "addr": 9, "size": 2**22}]
+    xs, series = snapshot_timeline({"segments": [], "device_traces": [trace]})
+    assert xs == [0, 1, 2]
+    assert series["step (train.py:10)"] == [2**20, 2**20, 0]
+    assert series["loss_fn (train.py:20)"] == [0, 2**21, 2**21]
+    fig = plot_snapshot({"device_traces": [trace]}, title="t")
+    plt.close(fig)
+    with pytest.raises(ValueError, match="device_traces"):
+        snapshot_timeline({})
+    with pytest.raises(ValueError, match="device"):
+        snapshot_timeline({"device_traces": [trace]}, device=3)
+
+
+def test_profiler_timeline_on_cpu():
+    from torch.profiler import ProfilerActivity, profile
+
+    m = torch.nn.Linear(64, 256)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        m(torch.randn(32, 64)).sum().backward()
+    points = profiler_timeline(prof)
+    assert max(b for _, b in points) >= 32 * 256 * 4
+    assert [t for t, _ in points] == sorted(t for t, _ in points)
+    with pytest.raises(ValueError, match="device"):
+        profiler_timeline(prof, "tpu")
+
+
+def test_graph_held_bytes_sees_a_kept_graph():
+    lin = torch.nn.Linear(32, 64)
+    before = graph_held_bytes()
+    kept = [torch.nn.functional.gelu(lin(torch.randn(16, 32))).sum() for _ in range(2)]
+    held = graph_held_bytes() - before
+    # each graph saves the Linear's input (16 x 32) and the GELU's input (16 x 64), in float32
+    assert held == 2 * (16 * 32 + 16 * 64) * 4
+    for t in kept:
+        t.backward()  # backward frees what the graphs saved
+    assert graph_held_bytes() == before

@@ -1,0 +1,178 @@
+"""Memory profiling plumbing (chapter 07): live-tensor census, memory timelines, snapshot rendering, batch search.
+
+- `live_tensors()` counts the bytes of every tensor the garbage collector can reach, by (device, dtype, shape);
+  comparing two censuses between training steps shows what leaks. `graph_held_bytes()` adds what kept autograd
+  graphs hold (saved activations live in C++ nodes, out of the garbage collector's sight).
+- `profiler_timeline(prof)` turns a `torch.profiler` run with `profile_memory=True` (CPU or CUDA) into
+  (time, bytes allocated) points, from each op's own (self) allocations and frees.
+- `snapshot_timeline` / `plot_snapshot` render a CUDA memory snapshot (`torch.cuda.memory._snapshot()` or a
+  pickle from `_dump_snapshot`) with matplotlib: the official HTML viewer loads its JavaScript from the network and
+  fails on an offline GPU host; this does not.
+- `largest_fitting(fits, ...)` finds the largest integer for which `fits(n)` is true (doubling, then bisection).
+"""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+
+TensorKey = tuple[str, str, tuple[int, ...]]
+
+
+def live_tensors() -> Counter[TensorKey]:
+    """Bytes of every tensor reachable by the garbage collector, keyed by (device, dtype, shape)."""
+    gc.collect()
+    census: Counter[TensorKey] = Counter()
+    seen: set[int] = set()
+    with warnings.catch_warnings():  # isinstance() on some deprecated objects (torch.distributed.reduce_op) warns
+        warnings.simplefilter("ignore")
+        tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+    for obj in tensors:
+        try:
+            if obj.device.type == "meta":
+                continue
+            storage = obj.untyped_storage()
+        except Exception:  # tensors that refuse inspection (half-built, or without storage)
+            continue
+        key = storage._cdata
+        if key in seen:
+            continue
+        seen.add(key)
+        census[(obj.device.type, str(obj.dtype).replace("torch.", ""), tuple(obj.shape))] += storage.nbytes()
+    return census
+
+
+def graph_held_bytes() -> int:
+    """Bytes of the tensors saved for backward in every autograd graph still reachable from a live tensor.
+
+    A kept loss (or any output) that was never backpropagated holds its graph, and the graph holds saved
+    activations in C++ nodes that a census of Python objects cannot see; walking `grad_fn` finds them.
+    """
+    gc.collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        roots = [obj.grad_fn for obj in gc.get_objects() if isinstance(obj, torch.Tensor) and obj.grad_fn is not None]
+    seen_nodes: set[int] = set()
+    seen_storage: set[int] = set()
+    total = 0
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        for name in dir(node):
+            if not name.startswith("_saved_"):
+                continue
+            try:
+                value = getattr(node, name)
+            except RuntimeError:  # freed by a backward pass: nothing held
+                continue
+            for t in value if isinstance(value, tuple | list) else (value,):
+                if isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter):
+                    storage = t.untyped_storage()
+                    if storage._cdata not in seen_storage:
+                        seen_storage.add(storage._cdata)
+                        total += storage.nbytes()
+        stack.extend(fn for fn, _ in node.next_functions)
+    return total
+
+
+def census_growth(before: Counter[TensorKey], after: Counter[TensorKey]) -> list[tuple[TensorKey, int]]:
+    """What grew between two censuses, largest first: [(key, extra bytes)]."""
+    if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+        raise TypeError("before and after must be censuses from live_tensors()")
+    grown = [(k, after[k] - before.get(k, 0)) for k in after if after[k] > before.get(k, 0)]
+    return sorted(grown, key=lambda kv: -kv[1])
+
+
+def profiler_timeline(prof: Any, device: str = "cpu") -> list[tuple[float, int]]:
+    """(time in microseconds, bytes allocated since the start) from a profile(profile_memory=True) run."""
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    attr = "self_cpu_memory_usage" if device == "cpu" else "self_device_memory_usage"
+    changes = sorted((e.time_range.start, getattr(e, attr, 0)) for e in prof.events() if getattr(e, attr, 0))
+    points, total = [(0.0, 0)], 0
+    for t, delta in changes:
+        total += delta
+        points.append((t, total))
+    return points
+
+
+def snapshot_timeline(snapshot: Mapping[str, Any], device: int = 0, top: int = 6
+                      ) -> tuple[list[int], dict[str, list[int]]]:
+    """Live bytes after each allocator event of a CUDA memory snapshot, split by the frame that allocated them
+    (the `top` largest frames by peak, the rest as "other"). Returns (event index, {frame: bytes per event})."""
+    if not isinstance(snapshot, Mapping) or "device_traces" not in snapshot:
+        raise ValueError("snapshot must be a dict from torch.cuda.memory._snapshot() with 'device_traces'")
+    traces = snapshot["device_traces"]
+    if not 0 <= device < len(traces):
+        raise ValueError(f"device must index one of the {len(traces)} device traces, got {device}")
+    live: dict[int, tuple[str, int]] = {}
+    per_frame: dict[str, int] = Counter()
+    history: list[dict[str, int]] = []
+    for event in traces[device]:
+        action, addr, size = event.get("action"), event.get("addr"), event.get("size", 0)
+        if action == "alloc":
+            frames = event.get("frames") or [{}]
+            user = next((f for f in frames if "torch" not in f.get("filename", "")), frames[0])
+            filename = str(user.get("filename", "?")).rsplit("/", 1)[-1]
+            label = f"{user.get('name', '?')} ({filename}:{user.get('line', '?')})"
+            live[addr] = (label, size)
+            per_frame[label] += size
+        elif action in ("free_completed",) and addr in live:
+            label, size = live.pop(addr)
+            per_frame[label] -= size
+        else:
+            continue
+        history.append(dict(per_frame))
+    peaks = Counter()
+    for h in history:
+        for label, nbytes in h.items():
+            peaks[label] = max(peaks[label], nbytes)
+    keep = [label for label, _ in peaks.most_common(top)]
+    series: dict[str, list[int]] = {label: [h.get(label, 0) for h in history] for label in keep}
+    series["other"] = [sum(v for k, v in h.items() if k not in keep) for h in history]
+    return list(range(len(history))), series
+
+
+def plot_snapshot(snapshot: Mapping[str, Any], device: int = 0, top: int = 6, title: str = "") -> Figure:
+    """Stacked live allocations over the allocator's events, coloured by the frame that allocated them."""
+    xs, series = snapshot_timeline(snapshot, device, top)
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.stackplot(xs, [[v / 2**20 for v in ys] for ys in series.values()], labels=list(series))
+    ax.set(xlabel="allocator event", ylabel="MiB allocated", title=title or "Live CUDA allocations by frame")
+    ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def largest_fitting(fits: Callable[[int], bool], start: int = 1, limit: int = 2**20) -> int:
+    """The largest n in [start, limit] with fits(n) true, assuming fits is monotone (true, then false).
+    Returns start - 1 if even `start` does not fit. Doubles until a failure, then bisects."""
+    if not callable(fits):
+        raise TypeError(f"fits must be callable, got {type(fits).__name__}")
+    if not isinstance(start, int) or not isinstance(limit, int) or not 1 <= start <= limit:
+        raise ValueError(f"need integers 1 <= start <= limit, got start={start!r}, limit={limit!r}")
+    if not fits(start):
+        return start - 1
+    good, bad = start, None
+    while bad is None:
+        candidate = min(good * 2, limit)
+        if candidate == good:
+            return good
+        if fits(candidate):
+            good = candidate
+        else:
+            bad = candidate
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    return good
