@@ -25,3 +25,18 @@ def test_ddp_demo_bad_arguments():
         ddp_no_sync_demo(micro_batches=0)
     with pytest.raises(ValueError, match="world_size"):
         ddp_no_sync_demo(world_size=1)
+
+
+@pytest.mark.slow
+def test_fsdp2_halves_every_part_per_rank():
+    from utils.distributed import fsdp2_demo
+
+    start = time.monotonic()
+    result = fsdp2_demo(width=32)
+    assert time.monotonic() - start < 60
+    for rank in result["per_rank"]:
+        for part, full in result["unsharded"].items():
+            assert rank[part] * 2 == full, (part, rank[part], full)
+    assert not mp.active_children()
+    with pytest.raises(ValueError, match="width"):
+        fsdp2_demo(width=0)

@@ -76,11 +76,12 @@ def test_profiler_timeline_on_cpu():
 
 def test_graph_held_bytes_sees_a_kept_graph():
     lin = torch.nn.Linear(32, 64)
-    before = graph_held_bytes()
     kept = [torch.nn.functional.gelu(lin(torch.randn(16, 32))).sum() for _ in range(2)]
-    held = graph_held_bytes() - before
     # each graph saves the Linear's input (16 x 32) and the GELU's input (16 x 64), in float32
-    assert held == 2 * (16 * 32 + 16 * 64) * 4
+    assert graph_held_bytes(kept) == 2 * (16 * 32 + 16 * 64) * 4
+    assert graph_held_bytes() >= graph_held_bytes(kept)  # the whole-process scan finds them too
     for t in kept:
         t.backward()  # backward frees what the graphs saved
-    assert graph_held_bytes() == before
+    assert graph_held_bytes(kept) == 0
+    with pytest.raises(TypeError, match="roots"):
+        graph_held_bytes([1])

@@ -1,5 +1,8 @@
 """Worker functions for the multi-process demos (spawned processes can only run importable functions).
 
+`fsdp2_demo` shards a small transformer-style MLP with FSDP2 (`fully_shard`) over 2 gloo processes and measures,
+per rank, the bytes of the local shards of parameters, gradients and AdamW states after a step.
+
 `ddp_no_sync_demo` trains one accumulation step with DistributedDataParallel on the gloo backend (CPU, 2 processes
 on this machine), counting gradient all-reduces with a communication hook, with and without `no_sync()`, and
 compares the result with a single process computing the whole batch.
@@ -12,6 +15,7 @@ import multiprocessing as mp
 import os
 import socket
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +46,7 @@ def _ddp_worker(rank: int, world_size: int, port: int, micro_batches: int, micro
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
     try:
         x, y = _data(world_size, micro_batches, micro_batch)
         shard = slice(rank * micro_batches * micro_batch, (rank + 1) * micro_batches * micro_batch)
@@ -77,8 +81,80 @@ def _ddp_worker(rank: int, world_size: int, port: int, micro_batches: int, micro
                 summary[key] = {"allreduce_calls": value["allreduce_calls"],
                                 "max_abs_diff_vs_single_process": (got - ref).abs().max().item()}
             Path(out).write_text(json.dumps(summary))
+        dist.barrier()  # leave together: a rank exiting while its peer still works can abort the peer
     finally:
         dist.destroy_process_group()
+
+
+def _local_bytes(tensors: Any) -> int:
+    total = 0
+    for t in tensors:
+        local = t.to_local() if hasattr(t, "to_local") else t  # FSDP2 parameters are DTensors
+        total += local.numel() * local.element_size()
+    return total
+
+
+def _fsdp2_worker(rank: int, world_size: int, port: int, width: int, out: str) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+    try:
+        torch.manual_seed(0)
+        blocks = [nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)) for _ in range(4)]
+        model = nn.Sequential(*blocks)
+        full = {"parameters": sum(p.numel() * p.element_size() for p in model.parameters())}
+        for block in blocks:
+            fully_shard(block)  # each block's parameters are split across the ranks
+        fully_shard(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x = torch.randn(8, width, generator=torch.Generator().manual_seed(rank))
+        model(x).pow(2).mean().backward()
+        opt.step()
+        states = [v for s in opt.state.values() for k, v in s.items() if k != "step" and torch.is_tensor(v)]
+        local = {"parameters": _local_bytes(model.parameters()),
+                 "gradients": _local_bytes(p.grad for p in model.parameters() if p.grad is not None),
+                 "optimizer states": _local_bytes(states)}
+        full |= {"gradients": full["parameters"], "optimizer states": 2 * full["parameters"]}
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, local)
+        if rank == 0:
+            Path(out).write_text(json.dumps({"unsharded": full, "per_rank": gathered}))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_workers(target: Any, world_size: int, args: tuple, timeout_s: float) -> dict[str, Any]:
+    """Start `world_size` spawned processes running target(rank, world_size, port, *args, out), wait, clean up."""
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="dist-demo-") as tmp:
+        out = str(Path(tmp) / "result.json")
+        procs = [ctx.Process(target=target, args=(r, world_size, port, *args, out)) for r in range(world_size)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout_s)
+        alive = [p for p in procs if p.is_alive()]
+        for p in alive:
+            p.kill()
+            p.join()
+        if alive:
+            raise RuntimeError(f"the distributed demo did not finish within {timeout_s:g} s; its processes were killed")
+        if any(p.exitcode != 0 for p in procs):
+            raise RuntimeError(f"a worker failed (exit codes {[p.exitcode for p in procs]})")
+        return json.loads(Path(out).read_text())
+
+
+def fsdp2_demo(width: int = 64, world_size: int = 2, timeout_s: float = 90) -> dict[str, Any]:
+    """Per-rank bytes of parameters, gradients and optimizer states under FSDP2 on `world_size` gloo processes,
+    beside the unsharded sizes."""
+    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+        raise ValueError(f"width must be a positive int, got {width!r}")
+    if not isinstance(world_size, int) or world_size < 2:
+        raise ValueError(f"world_size must be an int of at least 2, got {world_size!r}")
+    return _run_workers(_fsdp2_worker, world_size, (width,), timeout_s)
 
 
 class _Nothing:
@@ -99,22 +175,4 @@ def ddp_no_sync_demo(micro_batches: int = 4, micro_batch: int = 8, world_size: i
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if world_size < 2:
         raise ValueError(f"world_size must be at least 2 for a distributed demo, got {world_size}")
-    ctx = mp.get_context("spawn")
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="ddp-demo-") as tmp:
-        out = str(Path(tmp) / "result.json")
-        procs = [ctx.Process(target=_ddp_worker, args=(r, world_size, port, micro_batches, micro_batch, out))
-                 for r in range(world_size)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout_s)
-        alive = [p for p in procs if p.is_alive()]
-        for p in alive:
-            p.kill()
-            p.join()
-        if alive:
-            raise RuntimeError(f"the DDP demo did not finish within {timeout_s:g} s; its processes were killed")
-        if any(p.exitcode != 0 for p in procs):
-            raise RuntimeError(f"a DDP worker failed (exit codes {[p.exitcode for p in procs]})")
-        return json.loads(Path(out).read_text())
+    return _run_workers(_ddp_worker, world_size, (micro_batches, micro_batch), timeout_s)

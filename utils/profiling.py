@@ -49,20 +49,25 @@ def live_tensors() -> Counter[TensorKey]:
     return census
 
 
-def graph_held_bytes() -> int:
-    """Bytes of the tensors saved for backward in every autograd graph still reachable from a live tensor.
+def graph_held_bytes(roots: list[torch.Tensor] | None = None) -> int:
+    """Bytes of the tensors saved for backward in every autograd graph still reachable from a live tensor
+    (or only from `roots`, when given).
 
     A kept loss (or any output) that was never backpropagated holds its graph, and the graph holds saved
     activations in C++ nodes that a census of Python objects cannot see; walking `grad_fn` finds them.
     """
-    gc.collect()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        roots = [obj.grad_fn for obj in gc.get_objects() if isinstance(obj, torch.Tensor) and obj.grad_fn is not None]
+    if roots is None:
+        gc.collect()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            roots = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+    elif not all(isinstance(t, torch.Tensor) for t in roots):
+        raise TypeError("roots must be a list of tensors or None")
+    nodes = [t.grad_fn for t in roots if t.grad_fn is not None]
     seen_nodes: set[int] = set()
     seen_storage: set[int] = set()
     total = 0
-    stack = list(roots)
+    stack = list(nodes)
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen_nodes:
