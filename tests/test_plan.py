@@ -37,6 +37,7 @@ def test_plan_seven_b_on_24_gib_needs_lora_and_explains_itself():
     assert p.fits and p.choice.lora_rank == 16 and p.choice.checkpointing
     assert p.choice.micro_batch * p.choice.accumulation == 32
     assert len(p.steps) >= 6 and "does not fit" in p.steps[0] and p.steps[-1].endswith("fits in 24.0 GiB")
+    assert len(p.history) == len(p.steps) and p.history[-1][1] == p.total and p.history[0][1] > 24 * GIB
 
 
 def test_plan_prefers_sharding_over_lora_with_gpus_and_stops_early():

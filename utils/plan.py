@@ -17,6 +17,7 @@ fits, explaining each step with its breakdown.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from utils.estimate import TransformerShape, transformer_activation_bytes
 
@@ -99,6 +100,7 @@ class Plan:
     parts: dict[str, int]
     budget: int
     steps: list[str] = field(default_factory=list)
+    history: list[tuple[str, int]] = field(default_factory=list)  # (step, total bytes per GPU), in order
 
     @property
     def total(self) -> int:
@@ -132,10 +134,12 @@ def plan(shape: TransformerShape, budget_bytes: int, effective_batch: int, *, n_
     gib = 2**30
     choice = Choice(micro_batch=effective_batch, n_gpus=n_gpus)
     steps: list[str] = []
+    history: list[tuple[str, int]] = []
 
     def note(reason: str, c: Choice) -> Plan:
         parts = memory_of(shape, c)
-        p = Plan(c, parts, budget_bytes, steps)
+        p = Plan(c, parts, budget_bytes, steps, history)
+        history.append((reason, p.total))
         detail = ", ".join(f"{k} {v / gib:.1f}" for k, v in parts.items())
         steps.append(f"{reason}: {p.total / gib:.1f} GiB per GPU ({detail}) -> "
                      f"{'fits' if p.fits else 'does not fit'} in {budget_bytes / gib:.1f} GiB")
@@ -180,3 +184,79 @@ def plan(shape: TransformerShape, budget_bytes: int, effective_batch: int, *, n_
             return widest(choice, current)
     steps.append("nothing tried fits: a smaller model, a shorter sequence, more GPUs or a larger GPU are left")
     return current
+
+
+def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tuple[int, list[float]]:
+    """Train `utils.models.GPT(cfg)` for `steps` optimizer steps as `choice` says (precision, checkpointing,
+    micro-batches and accumulation, LoRA through peft), and measure the peak of one micro-batch's step:
+    `max_memory_allocated` on a GPU, MemTracker on a CPU (which cannot follow k forwards of one module per
+    step, and needs not: accumulation only keeps the gradients, which that step already holds).
+    Returns (peak bytes, the loss of each optimizer step). Sharding and offloading need several processes or
+    a host copy and are not run here (ValueError)."""
+    import torch
+
+    from utils.measure import cuda_peak, step_peak_by_category
+    from utils.models import GPT, GPTConfig, gpt_batch
+
+    if not isinstance(cfg, GPTConfig):
+        raise TypeError(f"cfg must be a utils.models.GPTConfig, got {type(cfg).__name__}")
+    if not isinstance(choice, Choice):
+        raise TypeError(f"choice must be a Choice, got {type(choice).__name__}")
+    if choice.sharding != "none" or choice.offload_optimizer:
+        raise ValueError("run_choice runs one process on one device: no sharding or optimizer offloading")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(seed)
+    model = GPT(replace_cfg(cfg, checkpointing=choice.checkpointing)).to(device)
+    if choice.lora_rank:
+        from peft import LoraConfig, inject_adapter_in_model
+
+        model = model.to(torch.bfloat16)  # the frozen base in BF16, as memory_of assumes
+        model = inject_adapter_in_model(LoraConfig(r=choice.lora_rank, lora_alpha=2 * choice.lora_rank,
+                                                   target_modules=["qkv", "proj"]), model)
+        for name, p in model.named_parameters():
+            p.requires_grad = "lora_" in name
+            if p.requires_grad:
+                p.data = p.data.float()  # FP32 adapters
+    elif choice.precision == "bf16":
+        model = model.to(torch.bfloat16)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=3e-3)
+    autocast_dtype = torch.bfloat16 if (choice.precision == "bf16-mixed" or choice.lora_rank) else None
+    x, y = gpt_batch(cfg, choice.micro_batch * choice.accumulation, device=device, seed=seed)
+
+    def micro_step(xs: torch.Tensor, ys: torch.Tensor) -> float:
+        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            loss = model(xs, ys)
+        (loss / choice.accumulation).backward()
+        return loss.item()
+
+    def one_micro_batch_step() -> None:
+        micro_step(x[: choice.micro_batch], y[: choice.micro_batch])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    if device.type == "cuda":
+        one_micro_batch_step()
+        with cuda_peak() as p:
+            one_micro_batch_step()
+        peak = p.peak_allocated
+    else:
+        peak = step_peak_by_category(one_micro_batch_step, model, opt)["Total"]
+    losses = []
+    for _ in range(steps):
+        parts = [micro_step(xs, ys) for xs, ys in zip(x.chunk(choice.accumulation), y.chunk(choice.accumulation),
+                                                       strict=True)]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(sum(parts) / len(parts))
+    return peak, losses
+
+
+def replace_cfg(cfg: Any, **changes: Any) -> Any:
+    """A copy of a frozen config dataclass with some fields changed."""
+    return replace(cfg, **changes)
+
+
+def shape_of(cfg: Any) -> TransformerShape:
+    """The TransformerShape of a utils.models.GPTConfig."""
+    return TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)
