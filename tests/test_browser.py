@@ -6,8 +6,6 @@ reason, except in CI (CI=true), where a missing browser is a failure.
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from servers import free_port, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
@@ -32,9 +31,7 @@ def _unavailable(reason: str) -> None:
 
 @pytest.fixture
 def jupyterlab(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     token = "browser-test-token"
     served = tmp_path / "course"  # a copy: JupyterLab's autosave must never touch the repository
     (served / "notebooks").mkdir(parents=True)
@@ -57,14 +54,10 @@ def jupyterlab(tmp_path):
         except OSError:
             time.sleep(0.5)
     else:
-        os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
         pytest.fail("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()[-2000:])
     yield base, token
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    stop_group(proc)
     log.close()
 
 

@@ -2,8 +2,6 @@
 
 import os
 import re
-import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -11,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from servers import free_port, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,12 +33,6 @@ def test_torch_range_accepts_older_gpu_images():
     assert '"torch>=2.11,<3"' in pyproject
     assert "torch>=2.11,<3" in (ROOT / "environment.yml").read_text()
     assert "TORCH ?= torch==2.13.0" in (ROOT / "Makefile").read_text()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_status(url: str) -> int:
@@ -69,11 +62,6 @@ def test_make_lab_serves_jupyterlab_with_a_token(tmp_path):
         assert http_status(f"http://127.0.0.1:{port}/api/contents") == 403, "without the token, access is refused"
         assert http_status(f"http://127.0.0.1:{port}/api/contents?token={token}") == 200
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
         log.close()
     assert proc.poll() is not None

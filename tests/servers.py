@@ -1,0 +1,22 @@
+"""Helpers for tests that start a server: a free port, and stopping a process group for good."""
+
+import os
+import signal
+import socket
+import subprocess
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group started with start_new_session=True; SIGKILL it if it lingers."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
