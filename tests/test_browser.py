@@ -4,6 +4,7 @@ Uses Debian's Chromium by path (never a downloaded browser). Without it the test
 reason, except in CI (CI=true), where a missing browser is a failure.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -36,8 +37,16 @@ def jupyterlab(tmp_path):
     served = tmp_path / "course"  # a copy: JupyterLab's autosave must never touch the repository
     (served / "notebooks").mkdir(parents=True)
     shutil.copy(ROOT / NOTEBOOK, served / NOTEBOOK)
+    # JupyterLab 4 removes cells scrolled out of view from the page ("windowing"): turn that off, so the widget
+    # stays findable while later cells run; and do not ask about news.
+    settings = tmp_path / "settings" / "@jupyterlab"
+    for plugin, values in (("notebook-extension/tracker", {"windowingMode": "none"}),
+                           ("apputils-extension/notification", {"fetchNews": "false"})):
+        (settings / plugin).parent.mkdir(parents=True, exist_ok=True)
+        (settings / f"{plugin}.jupyterlab-settings").write_text(json.dumps(values))
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"), "COURSE_SIZE": "quick"}
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+           "COURSE_SIZE": "quick"}
     env.pop("COURSE_CHECKS_STRICT", None)
     log = open(tmp_path / "lab.log", "w")
     proc = subprocess.Popen(
