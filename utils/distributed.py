@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import socket
 import tempfile
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def _ddp_worker(rank: int, world_size: int, port: int, micro_batches: int, micro
             model.register_comm_hook(calls, counting_allreduce)
             for i in range(micro_batches):
                 last = i == micro_batches - 1
-                context = model.no_sync() if use_no_sync and not last else _Nothing()
+                context = model.no_sync() if use_no_sync and not last else nullcontext()
                 with context:
                     loss = nn.functional.mse_loss(model(xs[i]), ys[i]) / micro_batches
                     loss.backward()
@@ -155,14 +156,6 @@ def fsdp2_demo(width: int = 64, world_size: int = 2, timeout_s: float = 90) -> d
     if not isinstance(world_size, int) or world_size < 2:
         raise ValueError(f"world_size must be an int of at least 2, got {world_size!r}")
     return _run_workers(_fsdp2_worker, world_size, (width,), timeout_s)
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def ddp_no_sync_demo(micro_batches: int = 4, micro_batch: int = 8, world_size: int = 2, timeout_s: float = 90

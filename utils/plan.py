@@ -206,7 +206,7 @@ def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tupl
         raise ValueError("run_choice runs one process on one device: no sharding or optimizer offloading")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(seed)
-    model = GPT(replace_cfg(cfg, checkpointing=choice.checkpointing)).to(device)
+    model = GPT(replace(cfg, checkpointing=choice.checkpointing)).to(device)
     if choice.lora_rank:
         from peft import LoraConfig, inject_adapter_in_model
 
@@ -250,11 +250,6 @@ def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tupl
         opt.zero_grad(set_to_none=True)
         losses.append(sum(parts) / len(parts))
     return peak, losses
-
-
-def replace_cfg(cfg: Any, **changes: Any) -> Any:
-    """A copy of a frozen config dataclass with some fields changed."""
-    return replace(cfg, **changes)
 
 
 def shape_of(cfg: Any) -> TransformerShape:
