@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.course-installed
 TORCH_SPEC := $(VENV)/.torch-spec
 
-.PHONY: lab test lint labs grade claims env clean FORCE
+.PHONY: lab test lint labs grade claims report env clean FORCE
 
 env: $(STAMP)
 
@@ -53,6 +53,12 @@ grade: $(STAMP)
 	$(PY) -m utils.grade $(SUBMISSIONS)
 
 claims: $(STAMP)
+	$(PY) -m utils.results --claims
+
+# What each chapter can do where, and what the saved reference results say about each claim.
+report: $(STAMP)
+	$(PY) -m utils.chapters --matrix
+	@echo
 	$(PY) -m utils.results --claims
 
 clean:
