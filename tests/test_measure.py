@@ -10,6 +10,7 @@ from utils.measure import (
     optimizer_state_bytes,
     parameter_bytes,
     saved_activation_bytes,
+    step_peak,
     step_peak_by_category,
     tensor_bytes,
 )
@@ -153,3 +154,21 @@ def test_step_peak_by_category():
         step_peak_by_category(None, model, opt)
     with pytest.raises(TypeError, match="optimizer"):
         step_peak_by_category(step, model, "adam")
+
+
+def test_step_peak_matches_memtracker_on_cpu():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 32))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 32)
+
+    def step():
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    assert step_peak(step, model, opt) == step_peak_by_category(step, model, opt)["Total"] > parameter_bytes(model)
+    with pytest.raises(ValueError, match="warmup"):
+        step_peak(step, model, opt, warmup=-1)
+    with pytest.raises(TypeError, match="model"):
+        step_peak(step, "model")

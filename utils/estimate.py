@@ -338,21 +338,14 @@ def measure_step(model: nn.Module, inputs: Sequence[torch.Tensor], *, optimizer:
     max_memory_allocated on a GPU, MemTracker's tensor bytes on a CPU. Pure "bf16" trains a BF16 copy."""
     import copy
 
-    from utils.measure import cuda_peak, step_peak_by_category
+    from utils.measure import step_peak
 
     _check_choices(optimizer, precision, checkpointing)
     if precision == "bf16":
         model = copy.deepcopy(model).to(torch.bfloat16)
         inputs = [x.to(torch.bfloat16) if x.is_floating_point() else x for x in inputs]
     opt = make_optimizer(optimizer, model.parameters())
-    step = _training_step(model, inputs, opt, precision, checkpointing, loss_fn)
-    device = next(model.parameters()).device
-    if device.type == "cuda":
-        step()
-        with cuda_peak(device) as peak:
-            step()
-        return peak.peak_allocated
-    return step_peak_by_category(step, model, opt)["Total"]
+    return step_peak(_training_step(model, inputs, opt, precision, checkpointing, loss_fn), model, opt)
 
 
 def validate(configs: Sequence[dict[str, Any]] | None = None) -> list[list[str]]:

@@ -226,3 +226,20 @@ def step_peak_by_category(
                 tracker.reset_mod_stats()
             step()
     return peak_by_category(tracker)
+
+
+def step_peak(step: Callable[[], Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+              warmup: int = 1) -> int:
+    """Peak bytes of one call of `step()` after `warmup` calls, on the model's device: the CUDA allocator's
+    max_memory_allocated on a GPU, MemTracker's total (which follows tensors) on a CPU."""
+    _check_module(model)
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+    first = next(model.parameters(), None)
+    if first is not None and first.device.type == "cuda":
+        for _ in range(warmup):
+            step()
+        with cuda_peak(first.device) as peak:
+            step()
+        return peak.peak_allocated
+    return step_peak_by_category(step, model, optimizer, steps=warmup + 1)["Total"]

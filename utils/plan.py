@@ -195,7 +195,7 @@ def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tupl
     a host copy and are not run here (ValueError)."""
     import torch
 
-    from utils.measure import cuda_peak, step_peak_by_category
+    from utils.measure import step_peak
     from utils.models import GPT, GPTConfig, gpt_batch
 
     if not isinstance(cfg, GPTConfig):
@@ -235,13 +235,7 @@ def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tupl
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    if device.type == "cuda":
-        one_micro_batch_step()
-        with cuda_peak() as p:
-            one_micro_batch_step()
-        peak = p.peak_allocated
-    else:
-        peak = step_peak_by_category(one_micro_batch_step, model, opt)["Total"]
+    peak = step_peak(one_micro_batch_step, model, opt)
     losses = []
     for _ in range(steps):
         parts = [micro_step(xs, ys) for xs, ys in zip(x.chunk(choice.accumulation), y.chunk(choice.accumulation),
