@@ -2,14 +2,9 @@
 
 import os
 import signal
-import socket
 import subprocess
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from utils.distributed import free_port  # noqa: F401  (re-exported for the server tests)
 
 
 def stop_group(proc: subprocess.Popen) -> None:

@@ -264,6 +264,11 @@ class TransformerShape:
         return 2 * v * d + t * d + self.n_layer * (12 * d * d + 13 * d) + 2 * d
 
 
+def shape_of(cfg: Any) -> TransformerShape:
+    """The TransformerShape of a utils.models.GPTConfig."""
+    return TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)
+
+
 # GPT-style stand-ins for well-known sizes (this GPT's untied head and LayerNorm make them differ a little
 # from the originals): show `n_params`, which is computed, never the name, as their size.
 PRESETS: dict[str, TransformerShape] = {
@@ -367,7 +372,7 @@ def validate(configs: Sequence[dict[str, Any]] | None = None) -> list[list[str]]
         x, y = x.contiguous(), y.contiguous()
         kwargs = {k: cfg_dict[k] for k in ("optimizer", "precision", "checkpointing")}
         measured = measure_step(model, (x, y), **kwargs)
-        shape = TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)
+        shape = shape_of(cfg)
         n = shape.n_params
         guesses = [estimate_memory(model, (x, y), **kwargs).total,
                    transformer_memory(shape, cfg_dict["batch"], **kwargs).total]

@@ -33,6 +33,7 @@ from nbformat import NotebookNode
 
 from utils.checks.core import CHECK_MIME, STRICT_ENV
 from utils.labs import LABS_DIR
+from utils.labs import course_metadata as _course
 from utils.tables import format_table
 
 DEFAULT_TIME_LIMIT_S = 300
@@ -63,9 +64,6 @@ class SubmissionScore:
     def max_total(self) -> float:
         return sum(e.max_points for e in self.exercises)
 
-
-def _course(cell: NotebookNode) -> dict:
-    return cell.get("metadata", {}).get("course", {})
 
 
 def find_lab(submission: NotebookNode, path: Path, labs_dir: Path = LABS_DIR) -> Path:

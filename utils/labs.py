@@ -30,7 +30,8 @@ class LabError(ValueError):
     """A solution notebook that cannot be turned into a lab, or a lab that must not be overwritten."""
 
 
-def _course(cell: NotebookNode) -> dict:
+def course_metadata(cell: NotebookNode) -> dict:
+    """A cell's course metadata (exercise, task, points, check), or {}."""
     return cell.get("metadata", {}).get("course", {})
 
 
@@ -70,7 +71,7 @@ def make_lab(solution: NotebookNode, name: str) -> NotebookNode:
     lab = copy.deepcopy(solution)
     exercises = []
     for index, cell in enumerate(lab.cells):
-        meta = _course(cell)
+        meta = course_metadata(cell)
         has_block = cell.cell_type == "code" and BEGIN in cell.source
         if "exercise" in meta:
             if not has_block:
@@ -78,7 +79,7 @@ def make_lab(solution: NotebookNode, name: str) -> NotebookNode:
             if not meta.get("task"):
                 raise LabError(f"{name}: exercise {meta['exercise']} (cell {index}) needs metadata course.task")
             following = next((c for c in lab.cells[index + 1:] if c.cell_type == "code"), None)
-            if following is None or _course(following).get("check") != meta["exercise"]:
+            if following is None or course_metadata(following).get("check") != meta["exercise"]:
                 raise LabError(f"{name}: exercise {meta['exercise']} must be followed by its check cell "
                                f"(metadata course.check = {meta['exercise']!r})")
             cell.source = strip_solution(cell.source, meta["exercise"], meta["task"])

@@ -244,8 +244,3 @@ def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tupl
         opt.zero_grad(set_to_none=True)
         losses.append(sum(parts) / len(parts))
     return peak, losses
-
-
-def shape_of(cfg: Any) -> TransformerShape:
-    """The TransformerShape of a utils.models.GPTConfig."""
-    return TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)

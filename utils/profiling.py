@@ -26,15 +26,19 @@ from matplotlib.figure import Figure
 TensorKey = tuple[str, str, tuple[int, ...]]
 
 
-def live_tensors() -> Counter[TensorKey]:
-    """Bytes of every tensor reachable by the garbage collector, keyed by (device, dtype, shape)."""
+def _gc_tensors() -> list[torch.Tensor]:
+    """Every tensor object the garbage collector can reach (after a collection)."""
     gc.collect()
-    census: Counter[TensorKey] = Counter()
-    seen: set[int] = set()
     with warnings.catch_warnings():  # isinstance() on some deprecated objects (torch.distributed.reduce_op) warns
         warnings.simplefilter("ignore")
-        tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
-    for obj in tensors:
+        return [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+
+
+def live_tensors() -> Counter[TensorKey]:
+    """Bytes of every tensor reachable by the garbage collector, keyed by (device, dtype, shape)."""
+    census: Counter[TensorKey] = Counter()
+    seen: set[int] = set()
+    for obj in _gc_tensors():
         try:
             if obj.device.type == "meta":
                 continue
@@ -57,10 +61,7 @@ def graph_held_bytes(roots: list[torch.Tensor] | None = None) -> int:
     activations in C++ nodes that a census of Python objects cannot see; walking `grad_fn` finds them.
     """
     if roots is None:
-        gc.collect()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            roots = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+        roots = _gc_tensors()
     elif not all(isinstance(t, torch.Tensor) for t in roots):
         raise TypeError("roots must be a list of tensors or None")
     nodes = [t.grad_fn for t in roots if t.grad_fn is not None]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from utils.checks.core import CheckFailed, Verdict, run_check
+from utils.estimate import shape_of
 from utils.models import GPTConfig
-from utils.plan import Choice, memory_of, run_choice, shape_of
+from utils.plan import Choice, memory_of, run_choice
 
 LAB_CONFIG = GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256)
 LAB_BUDGET = 3 * 2**20
