@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.course-installed
 TORCH_SPEC := $(VENV)/.torch-spec
 
-.PHONY: lab test lint labs grade claims report env clean FORCE
+.PHONY: lab test lint labs grade claims report gpu-check env clean FORCE
 
 env: $(STAMP)
 
@@ -60,6 +60,11 @@ report: $(STAMP)
 	$(PY) -m utils.chapters --matrix
 	@echo
 	$(PY) -m utils.results --claims
+
+# On a GPU host: every chapter at its tier's full size, the estimator against max_memory_allocated,
+# results/<device>/ written, and a table of what passed. Without a GPU: one line and a non-zero exit.
+gpu-check: $(STAMP)
+	$(PY) -m utils.gpu_check
 
 clean:
 	rm -rf $(VENV) test-artifacts grades

@@ -1,35 +1,103 @@
-"""Two experiment sizes: quick on CPU (each notebook in about a minute on 2 cores), full on CUDA.
+"""Experiment sizes: tiny (the simulated-GPU test), quick (CPU: each notebook in about a minute on 2 cores),
+and full on a GPU, chosen for its memory tier so that a T4 runs every chapter without running out of memory.
 
 The size follows the device unless the environment variable COURSE_SIZE forces it
-(`COURSE_SIZE=quick` on a GPU for a fast pass; `COURSE_SIZE=full` on a CPU if you have time).
+(`COURSE_SIZE=quick` on a GPU for a fast pass; `COURSE_SIZE=full` on a CPU if you have time;
+`COURSE_SIZE=tiny` is what the simulated-GPU test uses: it checks control flow, never figures).
+
+A full-size value may depend on the GPU's memory: give `pick` a dict keyed by tier (16, 24, 40, 80 GiB:
+T4; A10G/L4; A100-40GB; A100-80GB/H100 and larger). Every full-size experiment must fit in
+`FIT_FRACTION` of its tier's usable memory (`TIER_USABLE_BYTES`); tests/test_tiers.py checks that with
+the footprints each chapter declares in `utils/experiment_sizes/chNN.py`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Literal, TypeVar
 
 import torch
 
 SIZE_ENV = "COURSE_SIZE"
-Size = Literal["quick", "full"]
+TIER_ENV = "COURSE_TIER"  # force a memory tier (GiB: 16, 24, 40 or 80), e.g. to rehearse a T4 on an H100
+Size = Literal["tiny", "quick", "full"]
+SIZES: tuple[str, ...] = ("tiny", "quick", "full")
 T = TypeVar("T")
+
+GIB = 2**30
+# Memory tiers by the GPUs a workshop rents. The usable bytes are what such a GPU reports as total memory
+# (less than its marketed size: a T4 shows about 14.7 GiB, an A10G about 22.5 GiB, an L4 about 22 GiB).
+TIERS: tuple[int, ...] = (16, 24, 40, 80)
+TIER_USABLE_BYTES: dict[int, int] = {16: int(14.5 * GIB), 24: 22 * GIB, 40: 39 * GIB, 80: 79 * GIB}
+TIER_EXAMPLES: dict[int, str] = {16: "T4", 24: "A10G / L4", 40: "A100-40GB", 80: "A100-80GB / H100"}
+FIT_FRACTION = 0.75  # the rest is headroom: CUDA context, cuBLAS workspaces, allocator fragmentation
 
 
 def experiment_size() -> Size:
-    """'quick' or 'full': from COURSE_SIZE if set, else 'full' on CUDA and 'quick' elsewhere."""
+    """'tiny', 'quick' or 'full': from COURSE_SIZE if set, else 'full' on CUDA and 'quick' elsewhere."""
     forced = os.environ.get(SIZE_ENV, "").strip().lower()
     if forced:
-        if forced not in ("quick", "full"):
-            raise ValueError(f"{SIZE_ENV} must be 'quick' or 'full', got {forced!r}")
+        if forced not in SIZES:
+            raise ValueError(f"{SIZE_ENV} must be one of {', '.join(SIZES)}, got {forced!r}")
         return forced  # type: ignore[return-value]
     return "full" if torch.cuda.is_available() else "quick"
 
 
-def pick(quick: T, full: T, size: Size | None = None) -> T:
-    """The value for the current experiment size (or for `size` when given)."""
+def tier_for_memory(total_bytes: int) -> int:
+    """The memory tier (GiB) of a GPU with `total_bytes` of memory: the largest tier whose usable bytes it has.
+
+    A GPU smaller than the smallest tier gets the smallest tier (16): full sizes are planned for a T4.
+    """
+    if isinstance(total_bytes, bool) or not isinstance(total_bytes, int):
+        raise TypeError(f"total_bytes must be an int, got {type(total_bytes).__name__}")
+    if total_bytes <= 0:
+        raise ValueError(f"total_bytes must be positive, got {total_bytes}")
+    fitting = [t for t in TIERS if TIER_USABLE_BYTES[t] <= total_bytes]
+    return max(fitting) if fitting else TIERS[0]
+
+
+def memory_tier() -> int:
+    """The tier of the current GPU: COURSE_TIER if set, else from the current CUDA device's total memory.
+
+    Without CUDA (CPU, MPS) the smallest tier, 16: a full size forced there is planned for a T4.
+    """
+    forced = os.environ.get(TIER_ENV, "").strip()
+    if forced:
+        if forced not in {str(t) for t in TIERS}:
+            raise ValueError(f"{TIER_ENV} must be one of {', '.join(map(str, TIERS))}, got {forced!r}")
+        return int(forced)
+    if not torch.cuda.is_available():
+        return TIERS[0]
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return tier_for_memory(int(props.total_memory))
+
+
+def tier_budget(tier: int) -> int:
+    """Bytes a full-size experiment may use on a GPU of this tier: FIT_FRACTION of its usable memory."""
+    if tier not in TIER_USABLE_BYTES:
+        raise ValueError(f"tier must be one of {', '.join(map(str, TIERS))}, got {tier!r}")
+    return int(FIT_FRACTION * TIER_USABLE_BYTES[tier])
+
+
+def pick(quick: T, full: T | Mapping[int, T], *, tiny: T | None = None, size: Size | None = None,
+         tier: int | None = None) -> T:
+    """The value for the current experiment size (or for `size` when given).
+
+    `full` is one value, or a dict {16: v, 24: v, 40: v, 80: v} chosen by the GPU's memory tier (or `tier`).
+    `tiny` defaults to `quick`.
+    """
     if size is None:
         size = experiment_size()
-    if size not in ("quick", "full"):
-        raise ValueError(f"size must be 'quick', 'full' or None, got {size!r}")
-    return quick if size == "quick" else full
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)} or None, got {size!r}")
+    if size == "tiny":
+        return quick if tiny is None else tiny
+    if size == "quick":
+        return quick
+    if isinstance(full, Mapping):
+        missing = [t for t in TIERS if t not in full]
+        if missing:
+            raise ValueError(f"full must give a value for every tier {TIERS}; missing {missing}")
+        return full[memory_tier() if tier is None else tier]
+    return full
