@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 
 @dataclass(frozen=True)
@@ -112,42 +113,60 @@ def _nan_code(f: Format, negative: bool) -> int:
     return sign | (((1 << f.exp_bits) - 1) << f.man_bits) | (1 << (f.man_bits - 1))  # quiet NaN
 
 
-def _encode_e8m0(x: float) -> int:
-    """torch.float8_e8m0fnu's rule on the exact value: the sign is ignored, NaN and inf give 0xFF,
-    and the power of two rounds up when the mantissa is at least 1.5 (past 2**127: NaN)."""
-    a = abs(x)
-    if math.isnan(a) or math.isinf(a) or a >= 2.0**128:
-        return 0xFF
-    if a < 2.0**-126:  # float32's subnormal range: only 2**-127 (code 0) or 2**-126 (code 1)
-        return 1 if a > 2.0**-127 else 0
-    m, e = math.frexp(a)  # a = m * 2**e, m in [0.5, 1)
-    code = e - 1 + 127 + (1 if m >= 0.75 else 0)
-    return min(code, 0xFF)  # rounding up past 2**127 gives NaN, as torch does
+def _exact_parts(x: int | float) -> tuple[int, int]:
+    """|x| = mant * 2**k exactly, with integers mant >= 0 and k (x finite)."""
+    if isinstance(x, int):
+        return abs(x), 0
+    m, e = math.frexp(abs(x))  # |x| = m * 2**e exactly, m in [0.5, 1)
+    return int(m * (1 << 53)), e - 53  # exact: a double has 53 significant bits
 
 
-def encode(x: float, fmt: str) -> int:
-    """The bit pattern of `x` rounded once to nearest, ties to even (overflow and NaN as torch's cast)."""
+def _encode_e8m0(mant: int, k: int) -> int:
+    """torch.float8_e8m0fnu's rule on the exact value mant * 2**k: the sign is ignored, and the power of two
+    rounds up when the mantissa is at least 1.5 (past 2**127: NaN); float32's subnormal range gives
+    2**-127 (code 0) or 2**-126 (code 1)."""
+    if mant == 0:
+        return 0
+    e = mant.bit_length() - 1 + k  # 2**e <= value < 2**(e + 1)
+    if e < -126:  # below float32's smallest normal
+        return 1 if Fraction(mant) * Fraction(2) ** k > Fraction(2) ** -127 else 0
+    # mantissa >= 1.5  <=>  value >= 3 * 2**(e - 1)  <=>  2 * mant >= 3 * 2**(e - k)
+    top = mant.bit_length() - 1  # e - k
+    round_up = 2 * mant >= 3 << top
+    return min(e + 127 + int(round_up), 0xFF)  # rounding up past 2**127 gives NaN (0xFF), as torch does
+
+
+def encode(x: int | float, fmt: str) -> int:
+    """The bit pattern of `x` rounded once to nearest, ties to even (overflow and NaN as torch's cast).
+
+    `x` is a Python float or a Python int of any size; an int is rounded from its exact value (never through
+    a float, which would round twice beyond 2**53), and one beyond the format's range overflows by the
+    format's rule (infinity, or saturation for E4M3, E8M0 and FP4).
+    """
     f = get_format(fmt)
     if isinstance(x, bool) or not isinstance(x, int | float):
         raise TypeError(f"x must be a Python float or int, got {type(x).__name__}")
-    x = float(x)
-    if f.name == "e8m0":
-        return _encode_e8m0(x)
-    negative = math.copysign(1.0, x) < 0
-    sign = (1 << (f.bits - 1)) if negative else 0
-    if math.isnan(x):
+    if isinstance(x, float) and math.isnan(x):
         if f.name == "fp4_e2m1":
             raise ValueError("x is NaN, which fp4_e2m1 cannot represent (it has no NaN)")
-        return _nan_code(f, negative)
-    a = abs(x)
-    if math.isinf(a):
+        if f.name == "e8m0":
+            return 0xFF
+        return _nan_code(f, math.copysign(1.0, x) < 0)
+    if isinstance(x, float) and math.isinf(x):
+        if f.name == "e8m0":
+            return 0xFF
+        sign = (1 << (f.bits - 1)) if x < 0 else 0
         return sign | (f.max_code if f.overflow == "saturate" else ((1 << f.exp_bits) - 1) << f.man_bits)
-    if a == 0.0:
+    mant, k = _exact_parts(x)
+    if f.name == "e8m0":
+        return _encode_e8m0(mant, k)
+    negative = x < 0 or (isinstance(x, float) and math.copysign(1.0, x) < 0)
+    sign = (1 << (f.bits - 1)) if negative else 0
+    if mant == 0:
         return sign
-    m, e = math.frexp(a)  # a = m * 2**e exactly, m in [0.5, 1)
-    mant = int(m * (1 << 53))  # a = mant * 2**(e - 53), exact: a double has 53 significant bits
-    exponent = max(e - 1, f.emin)  # binade of a, or the subnormal range's
-    shift = (exponent - f.man_bits) - (e - 53)  # bits to drop so the quantum is 2**(exponent - man_bits)
+    e = mant.bit_length() - 1 + k  # 2**e <= |x| < 2**(e + 1)
+    exponent = max(e, f.emin)  # binade of |x|, or the subnormal range's
+    shift = (exponent - f.man_bits) - k  # bits to drop so the quantum is 2**(exponent - man_bits)
     if shift <= 0:
         n = mant << -shift
     else:
@@ -161,6 +180,8 @@ def encode(x: float, fmt: str) -> int:
         exponent += 1
     if n < 1 << f.man_bits:  # subnormal (or zero after rounding down)
         code = n
+    elif exponent + f.bias >= 1 << f.exp_bits:  # beyond every exponent field: overflow
+        code = f.max_code + 1
     else:
         code = ((exponent + f.bias) << f.man_bits) | (n - (1 << f.man_bits))
     if code > f.max_code:
@@ -198,10 +219,18 @@ class Stored:
     outcome: str  # "exact", "rounded", "underflow to zero", "subnormal", "overflow to inf", "saturated", "NaN"
 
 
+def _to_float(v: int | float | Fraction) -> float:
+    """float(v), or +-inf where v is beyond float range (a huge int or fraction)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 def spacing(x: float, fmt: str) -> float:
     """The gap between |x| (rounded into the format) and the next larger representable value (one ULP)."""
     f = get_format(fmt)
-    code = encode(abs(float(x)), fmt)
+    code = encode(abs(x) if isinstance(x, int | float) and not isinstance(x, bool) else x, fmt)
     if code >= f.max_code:
         return decode(f.max_code, fmt) - decode(f.max_code - 1, fmt)
     return decode(code + 1, fmt) - decode(code, fmt)
@@ -215,22 +244,24 @@ def describe(x: float, fmt: str) -> Stored:
     parts = ([str(sign)] if f.has_sign else []) + [format(exp, f"0{f.exp_bits}b")]
     parts += [format(man, f"0{f.man_bits}b")] if f.man_bits else []
     value = decode(code, fmt)
-    x = float(x)
+    exact = x  # compared exactly below (Python compares an int with a float exactly)
+    x = _to_float(x)
     if math.isnan(value):
         outcome = "NaN"
     elif math.isinf(value):
-        outcome = "exact" if math.isinf(x) else "overflow to inf"
-    elif f.overflow == "saturate" and (math.isinf(x) or abs(x) > decode(f.max_code, fmt)):
+        outcome = "exact" if math.isinf(x) and isinstance(exact, float) else "overflow to inf"
+    elif f.overflow == "saturate" and (math.isinf(x) or abs(exact) > decode(f.max_code, fmt)):
         outcome = "saturated"
-    elif value == 0 and x != 0:
+    elif value == 0 and exact != 0:
         outcome = "underflow to zero"
-    elif value == x:
+    elif value == exact:
         outcome = "exact"
     elif exp == 0 and f.name != "e8m0":
         outcome = "subnormal"
     else:
         outcome = "rounded"
-    finite = math.isfinite(value) and math.isfinite(x)
-    abs_error = abs(value - x) if finite else math.nan
-    rel_error = abs_error / abs(x) if finite and x != 0 else (0.0 if finite else math.nan)
+    finite = math.isfinite(value) and not (isinstance(exact, float) and not math.isfinite(exact))
+    abs_error = _to_float(abs(Fraction(value) - exact)) if finite else math.nan
+    rel_error = _to_float(abs(Fraction(value) - exact) / abs(exact)) if finite and exact != 0 else (
+        0.0 if finite else math.nan)
     return Stored(fmt, x, code, " ".join(parts), value, abs_error, rel_error, outcome)
