@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from utils.env import capability_gates
 from utils.tables import format_table
+from utils.validate import check_choice
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,42 @@ REFERENCE_GPUS: tuple[tuple[str, tuple[int, int], int], ...] = (
 )
 
 
-def chapter_support(chapter: str, capability: tuple[int, int] | None, te_available: bool | None = None) -> str:
-    """How chapter `chapter` ("00".."09") runs at `capability` (None: CPU only).
+MPS_NOTES = {
+    "00": "device table with torch.mps memory; matmul timing on the Apple GPU",
+    "01": "exact bytes of every part; peak by category with MemTracker (no allocator peak on MPS)",
+    "02": "every bit pattern exact; FP16/BF16 matmuls on the Apple GPU; no FP8, no TF32",
+    "03": "underflow fractions and scaler equivalence exact",
+    "04": "autocast('mps') op dtypes; no Tensor Core speed-up to measure",
+    "05": "saved bytes exact; timings on the Apple GPU",
+    "06": "gradient equality exact; DDP on 2 gloo processes (CPU)",
+    "07": "torch.profiler timeline and torch.mps counters; no CUDA allocator views (snapshot, memory_stats)",
+    "08": "no FP8 on MPS: FP8 emulated with torch float8 dtypes on the CPU",
+    "09": "byte budget checked with the estimator; peaks with MemTracker",
+}
 
-    Returns "native", or "partial: <what is missing and why>", or "CPU: <what is measured instead>".
+
+def chapter_support(chapter: str, capability: tuple[int, int] | None, te_available: bool | None = None, *,
+                    device: str | None = None) -> str:
+    """How chapter `chapter` ("00".."09") runs at `capability` (None: no CUDA GPU).
+
+    Returns "native", or "partial: <what is missing and why>", or "CPU: <what is measured instead>",
+    or "MPS: <what runs on an Apple GPU>" when device="mps" (capability must be None then).
     `te_available` None means "unknown" (the README's matrix: Transformer Engine if installed).
     """
     numbers = [c.number for c in CHAPTERS]
     if chapter not in numbers:
         raise ValueError(f"chapter must be one of {numbers}, got {chapter!r}")
+    if device is not None:
+        check_choice("device", device, ("cuda", "mps", "cpu"))
+    if te_available is not None and not isinstance(te_available, bool):
+        raise TypeError(f"te_available must be True, False or None, got {type(te_available).__name__}")
     gates = capability_gates(capability)
+    if device == "mps":
+        if capability is not None:
+            raise ValueError(f"an Apple GPU has no CUDA compute capability: capability must be None, got {capability}")
+        return "MPS: " + MPS_NOTES[chapter]
+    if device == "cuda" and capability is None:
+        raise ValueError("device='cuda' needs the GPU's compute capability")
     if capability is None:
         cpu_notes = {
             "00": "device table, matmul timing and saved bytes on CPU",
@@ -79,11 +106,12 @@ def chapter_support(chapter: str, capability: tuple[int, int] | None, te_availab
 
 
 def support_matrix() -> str:
-    """The README's support matrix as a Markdown table: chapters by CPU and reference GPUs."""
-    headers = ["chapter", "CPU"] + [f"{name} ({cap[0]}.{cap[1]})" for name, cap, _ in REFERENCE_GPUS]
+    """The README's support matrix as a Markdown table: chapters by CPU, Apple GPU (MPS) and reference GPUs."""
+    headers = ["chapter", "CPU", "Apple GPU (MPS)"] + [f"{name} ({cap[0]}.{cap[1]})" for name, cap, _ in REFERENCE_GPUS]
     rows = []
     for ch in CHAPTERS:
-        row = [f"{ch.number} {ch.title}", chapter_support(ch.number, None)]
+        row = [f"{ch.number} {ch.title}", chapter_support(ch.number, None),
+               chapter_support(ch.number, None, device="mps")]
         row += [chapter_support(ch.number, cap) for _, cap, _ in REFERENCE_GPUS]
         rows.append(row)
     return format_table(rows, headers)

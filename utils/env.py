@@ -10,14 +10,24 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import re
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
+from utils.validate import check_bool, check_choice, check_int, check_str
+
 BF16_MIN_CAPABILITY = (8, 0)  # Ampere: BF16 Tensor Cores
 TF32_MIN_CAPABILITY = (8, 0)  # Ampere: TF32 Tensor Cores
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper: FP8 Tensor Cores
+TORCH_MIN_VERSION = (2, 11)  # pyproject.toml: torch>=2.11,<3 (the range this course is tested on)
+TORCH_MAX_MAJOR = 3
+TF32_OVERRIDE_ENV = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"  # set in NVIDIA's containers: FP32 matmuls become TF32
+DEVICES = ("cuda", "mps", "cpu")
 
 
 @dataclass(frozen=True)
@@ -56,28 +66,129 @@ class TransformerEngineStatus:
 
 
 def transformer_engine_status() -> TransformerEngineStatus:
-    """Try to import Transformer Engine; any failure (it raises RuntimeError without a GPU) is reported."""
+    """Try to import Transformer Engine's PyTorch part; any failure (it raises RuntimeError without a GPU) is
+    reported. `import transformer_engine` alone is not enough: its __init__ swallows the ImportError of
+    `transformer_engine.pytorch` (a wheel built for another torch, a missing framework extension)."""
     if importlib.util.find_spec("transformer_engine") is None:
         return TransformerEngineStatus(False, None, "not installed (optional; chapter 08 emulates FP8 instead)")
     try:
-        import transformer_engine  # noqa: F401  (the import is the test)
+        import transformer_engine
+        import transformer_engine.pytorch  # noqa: F401  (the import is the test)
     except Exception as exc:  # TE raises RuntimeError, OSError, ImportError... depending on what is missing
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return TransformerEngineStatus(False, None, f"installed but not importable: {type(exc).__name__}: {first_line}")
     version = getattr(transformer_engine, "__version__", "unknown")
-    return TransformerEngineStatus(True, version, f"importable, version {version}")
+    return TransformerEngineStatus(True, version, f"importable (transformer_engine.pytorch), version {version}")
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as '2.13.0+cu126' or '2.5.0a0+872d972e41.nv24.08'."""
+    check_str("text", text)
+    match = re.match(r"\s*(\d+)\.(\d+)", text)
+    if not match:
+        raise ValueError(f"text must start with a version such as '2.13.0', got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def torch_version_note(version: str | None = None) -> str:
+    """One line on whether this torch is inside the course's tested range (torch>=2.11,<3), and what to expect
+    if not (NVIDIA's PyTorch containers may ship an older torch)."""
+    version = torch.__version__ if version is None else version
+    major, minor = parse_version(version)
+    low = f"{TORCH_MIN_VERSION[0]}.{TORCH_MIN_VERSION[1]}"
+    if (major, minor) < TORCH_MIN_VERSION:
+        return (f"torch {version} is OLDER than the tested range (torch>={low},<{TORCH_MAX_MAJOR}): most chapters "
+                f"run, but some behaviour differs (e.g. float8 casts before 2.12 turn values >= 480 into NaN "
+                f"instead of saturating at 448); install torch>={low} for the course's results")
+    if major >= TORCH_MAX_MAJOR:
+        return (f"torch {version} is NEWER than the tested range (torch>={low},<{TORCH_MAX_MAJOR}): "
+                "APIs the course uses may have moved")
+    return f"torch {version} is inside the tested range (torch>={low},<{TORCH_MAX_MAJOR})"
+
+
+def tf32_override_note(environ: dict[str, str] | None = None) -> str:
+    """One line on TORCH_ALLOW_TF32_CUBLAS_OVERRIDE: when set (to anything but 0), cuBLAS runs FP32 matmuls in
+    TF32 whatever torch.backends.cuda.matmul.allow_tf32 says, so "FP32" baselines silently lose precision."""
+    env = os.environ if environ is None else environ
+    value = env.get(TF32_OVERRIDE_ENV)
+    if value is None or value.strip() in ("", "0"):
+        return f"{TF32_OVERRIDE_ENV} is not set: FP32 matmuls are FP32 unless a cell turns TF32 on"
+    return (f"{TF32_OVERRIDE_ENV}={value} is set (NVIDIA containers do this): on GPUs of capability 8.0+ every "
+            "FP32 matmul runs in TF32, so FP32 baselines are TF32; unset it for true FP32")
+
+
+@contextmanager
+def tf32_matmuls(enabled: bool) -> Iterator[None]:
+    """Turn TF32 for CUDA matmuls and cuDNN convolutions on or off inside the block; restored in `finally`,
+    even when the block raises (an out-of-memory error included)."""
+    check_bool("enabled", enabled)
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def parse_nvidia_smi_mib(text: str) -> int | None:
+    """Bytes from one line of `nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits` (MiB), or None
+    when the text is not a number ("[N/A]", "[Not Supported]", an error message, nothing)."""
+    if not isinstance(text, str):
+        return None
+    first = text.strip().splitlines()[0].strip() if text.strip() else ""
+    return int(first) * 2**20 if first.isdigit() else None
+
+
+def nvidia_smi_memory_used(index: int | None = None, *, timeout_s: float = 10.0) -> int | None:
+    """GPU memory in use as nvidia-smi reports it (bytes; this process's CUDA context and cache included, and
+    every other process's), or None when nvidia-smi is missing, fails, times out or prints no number."""
+    if index is None:
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    check_int("index", index, minimum=0)
+    try:
+        done = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=memory.used",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_nvidia_smi_mib(done.stdout) if done.returncode == 0 else None
+
+
+def mps_available() -> bool:
+    """Whether an Apple GPU can be used through MPS here."""
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def mps_memory() -> dict[str, int]:
+    """Apple GPU memory as torch.mps reports it (bytes): tensors allocated, what the Metal driver holds for
+    this process (allocated + cached), and the recommended working-set size (unified memory shared with
+    the CPU, so there is no fixed "GPU memory total")."""
+    if not mps_available():
+        raise RuntimeError("mps_memory needs an Apple GPU (torch.backends.mps.is_available() is False)")
+    return {"current_allocated": int(torch.mps.current_allocated_memory()),
+            "driver_allocated": int(torch.mps.driver_allocated_memory()),
+            "recommended_max": int(torch.mps.recommended_max_memory())}
+
+
+MPS_CAN = ("FP32, FP16 and BF16 tensors and autocast('mps'); memory figures from torch.mps "
+           "(current_allocated_memory, driver_allocated_memory, recommended_max_memory)")
+MPS_CANNOT = ("no FP8 (no float8 matmuls, no Transformer Engine), no CUDA allocator views (max_memory_allocated, "
+              "memory_stats, memory snapshots: peaks come from MemTracker instead), no Tensor Core compute "
+              "capability; memory is unified with the CPU's, so the GPU's 'total' is a recommended working set")
 
 
 @dataclass(frozen=True)
 class DeviceInfo:
     """One record of what this machine offers to the course."""
 
-    device: str  # "cuda" or "cpu"
+    device: str  # "cuda", "mps" or "cpu"
     name: str
     capability: tuple[int, int] | None
     gates: Gates
-    total_memory: int | None  # bytes, CUDA only
-    free_memory: int | None  # bytes, CUDA only
+    total_memory: int | None  # bytes; CUDA: the device's memory; MPS: the recommended working set
+    free_memory: int | None  # bytes; CUDA: mem_get_info; MPS: recommended working set less the driver's
     torch_version: str
     cuda_version: str | None
     python_version: str
@@ -88,6 +199,10 @@ class DeviceInfo:
     def is_cuda(self) -> bool:
         return self.device == "cuda"
 
+    @property
+    def is_mps(self) -> bool:
+        return self.device == "mps"
+
     def rows(self) -> list[tuple[str, str]]:
         """The record as (field, value) rows for a table."""
 
@@ -95,11 +210,17 @@ class DeviceInfo:
             return "n/a (no GPU)" if n is None else f"{n / 2**30:.2f} GiB"
 
         def yes_no(flag: bool, what: str) -> str:
+            if self.is_mps:
+                return "no (Apple GPU: no CUDA compute capability)"
             if not self.is_cuda:
                 return "no GPU"
             return f"yes ({what})" if flag else f"no (needs capability {what})"
 
-        cap = "n/a (no GPU)" if self.capability is None else f"{self.capability[0]}.{self.capability[1]}"
+        if self.capability is not None:
+            cap = f"{self.capability[0]}.{self.capability[1]}"
+        else:
+            cap = "n/a (Apple GPU)" if self.is_mps else "n/a (no GPU)"
+        mem_total = "GPU memory total (MPS: recommended working set)" if self.is_mps else "GPU memory total"
         return [
             ("device", self.device),
             ("name", self.name),
@@ -107,7 +228,7 @@ class DeviceInfo:
             ("BF16 native", yes_no(self.gates.bf16_native, "8.0+")),
             ("TF32", yes_no(self.gates.tf32, "8.0+")),
             ("FP8 Tensor Cores", yes_no(self.gates.fp8, "8.9+")),
-            ("GPU memory total", gib(self.total_memory)),
+            (mem_total, gib(self.total_memory)),
             ("GPU memory free", gib(self.free_memory)),
             ("Transformer Engine", self.transformer_engine.message),
             ("torch", self.torch_version),
@@ -129,21 +250,36 @@ def _cpu_name() -> str:
 
 
 def device_info(device: str | None = None) -> DeviceInfo:
-    """Describe `device` ("cuda", "cpu", or None for CUDA when available, else CPU)."""
-    if device is not None and device not in ("cuda", "cpu"):
-        raise ValueError(f"device must be 'cuda', 'cpu' or None, got {device!r}")
+    """Describe `device` ("cuda", "mps", "cpu", or None for `default_device()`'s type).
+
+    On CUDA the current device is described (not device 0): its name, capability, memory total and free.
+    """
+    if device is not None:
+        check_choice("device", device, DEVICES)
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was asked for but torch.cuda.is_available() is False on this machine")
-    use_cuda = torch.cuda.is_available() if device is None else device == "cuda"
-    if use_cuda:
+    if device == "mps" and not mps_available():
+        raise ValueError("device='mps' was asked for but torch.backends.mps.is_available() is False on this machine")
+    kind = default_device().type if device is None else device
+    capability, free, total = None, None, None
+    if kind == "cuda":
         index = torch.cuda.current_device()
         capability = tuple(torch.cuda.get_device_capability(index))
-        free, total = torch.cuda.mem_get_info(index)
+        total = int(torch.cuda.get_device_properties(index).total_memory)
+        try:
+            free, total = (int(v) for v in torch.cuda.mem_get_info(index))
+        except RuntimeError:  # some drivers and MIG slices refuse cudaMemGetInfo: keep the properties' total
+            free = None
         name = torch.cuda.get_device_name(index)
+    elif kind == "mps":
+        memory = mps_memory()
+        total = memory["recommended_max"]
+        free = max(0, total - memory["driver_allocated"])
+        name = f"Apple GPU (MPS) on {platform.machine() or 'arm64'}"
     else:
-        capability, free, total, name = None, None, None, _cpu_name()
+        name = _cpu_name()
     return DeviceInfo(
-        device="cuda" if use_cuda else "cpu",
+        device=kind,
         name=name,
         capability=capability,  # type: ignore[arg-type]
         gates=capability_gates(capability),  # type: ignore[arg-type]
@@ -158,8 +294,13 @@ def device_info(device: str | None = None) -> DeviceInfo:
 
 
 def default_device() -> torch.device:
-    """The device experiments run on: the current CUDA device if there is one, else the CPU."""
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    """The device experiments run on: the current CUDA device if there is one, else an Apple GPU (MPS) if
+    there is one, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if mps_available():
+        return torch.device("mps")
+    return torch.device("cpu")
 
 
 def package_versions(names: tuple[str, ...] = ("torch", "numpy", "matplotlib", "ipywidgets", "jupyterlab",
@@ -167,7 +308,7 @@ def package_versions(names: tuple[str, ...] = ("torch", "numpy", "matplotlib", "
     """(package, version or 'not installed') for each name, read from the installed metadata."""
     from importlib import metadata
 
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+    if isinstance(names, str) or not isinstance(names, tuple | list) or not all(isinstance(n, str) for n in names):
         raise TypeError("names must be a tuple of package names (strings)")
     rows = [("python", sys.version.split()[0])]
     for name in names:

@@ -1,7 +1,8 @@
 """Measuring memory: saved activations, parameters, gradients, optimizer states, CUDA peaks, step peaks.
 
 Everything here is exact on CPU and GPU alike except `cuda_peak` (CUDA's allocator) and
-`step_peak_by_category` (MemTracker follows tensors, so it also works on CPU).
+`step_peak_by_category` (MemTracker follows tensors, so it also works on CPU). A peak is always the peak ABOVE
+what was in use when the measured region began (plus, for a training step, the state the step owns).
 """
 
 from __future__ import annotations
@@ -133,10 +134,17 @@ def saved_activation_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
 
 @dataclass
 class CudaPeak:
-    """Filled in when a `cuda_peak()` block ends: bytes, relative to the allocator's counters."""
+    """Filled in when a `cuda_peak()` block ends: bytes, from the caching allocator's counters.
+
+    `peak_allocated` and `peak_reserved` are the allocator's absolute maxima during the block: they include
+    everything alive when it began (model, optimizer state, other cells' tensors, cuBLAS workspaces).
+    The figures a lesson wants are the ones ABOVE the start: `peak_above_start` and
+    `peak_reserved_above_start`. Neither counts the CUDA context (nvidia-smi shows it; the allocator never sees it).
+    """
 
     device: str = ""
     allocated_before: int = 0
+    reserved_before: int = 0
     peak_allocated: int = 0
     peak_reserved: int = 0
     allocated_after: int = 0
@@ -144,22 +152,73 @@ class CudaPeak:
     @property
     def peak_above_start(self) -> int:
         """How far the block pushed allocated memory above what was allocated when it began."""
-        return self.peak_allocated - self.allocated_before
+        return max(0, self.peak_allocated - self.allocated_before)
+
+    @property
+    def peak_reserved_above_start(self) -> int:
+        """How far the block pushed reserved memory (segments cudaMalloc'ed) above the start; the cache of
+        freed blocks is emptied before the block begins, so stale cache from earlier cells is not in it."""
+        return max(0, self.peak_reserved - self.reserved_before)
+
+
+def _cuda_device(device: Any, name: str = "device") -> torch.device:
+    if device is not None and not isinstance(device, int | str | torch.device) or isinstance(device, bool):
+        raise TypeError(f"{name} must be an int, str, torch.device or None, got {type(device).__name__}")
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA device, got {dev}")
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+_WARM: set[tuple[str, int | None]] = set()
+
+
+def warm_up_cuda(device: int | str | torch.device | None = None) -> None:
+    """Create the cuBLAS handles and workspaces of `device` before a measurement, so none is counted in it.
+
+    cuBLAS allocates its workspace through the caching allocator the first time a thread runs a matmul on a
+    stream (about 8 MiB per handle on sm75-89, 32 MiB on sm90); the forward runs on this thread and the
+    backward on autograd's device thread, so one small matmul forward AND backward (in FP32 and FP16, with and
+    without a bias: cuBLAS and cuBLASLt) creates both. Done once per device; the tensors are freed at once.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("warm_up_cuda needs a CUDA GPU")
+    dev = _cuda_device(device)
+    key = (dev.type, dev.index)
+    if key in _WARM:
+        return
+    for dtype in (torch.float32, torch.float16):
+        w = torch.randn(16, 16, device=dev, dtype=dtype, requires_grad=True)
+        b = torch.zeros(16, device=dev, dtype=dtype, requires_grad=True)
+        x = torch.randn(8, 16, device=dev, dtype=dtype, requires_grad=True)
+        (torch.nn.functional.linear(x, w, b).sum() + (x @ w).sum()).backward()
+        del w, b, x
+    torch.cuda.synchronize(dev)
+    _WARM.add(key)
 
 
 @contextmanager
-def cuda_peak(device: int | str | torch.device | None = None) -> Iterator[CudaPeak]:
-    """Measure the peak allocated and reserved CUDA memory of a block (after reset_peak_memory_stats)."""
+def cuda_peak(device: int | str | torch.device | None = None, *, warm_up: bool = True) -> Iterator[CudaPeak]:
+    """Measure a block's peak allocated and reserved CUDA memory, relative to its start.
+
+    Before the block: the cuBLAS handles are warmed up (`warm_up_cuda`, unless warm_up=False), freed cached
+    blocks are returned to the driver (`empty_cache`, so the reserved figures start from live segments), and
+    the peak counters are reset. Read `peak_above_start`, not the absolute `peak_allocated`.
+    """
     if not torch.cuda.is_available():
         raise RuntimeError("cuda_peak needs a CUDA GPU; on CPU use saved_activation_bytes or step_peak_by_category")
-    if device is not None and not isinstance(device, int | str | torch.device):
-        raise TypeError(f"device must be an int, str, torch.device or None, got {type(device).__name__}")
-    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
-    if dev.type != "cuda":
-        raise ValueError(f"device must be a CUDA device, got {dev}")
+    dev = _cuda_device(device)
+    if not isinstance(warm_up, bool):
+        raise TypeError(f"warm_up must be True or False, got {type(warm_up).__name__}")
+    if warm_up:
+        warm_up_cuda(dev)
     torch.cuda.synchronize(dev)
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(dev)
-    record = CudaPeak(device=torch.cuda.get_device_name(dev), allocated_before=torch.cuda.memory_allocated(dev))
+    record = CudaPeak(device=torch.cuda.get_device_name(dev), allocated_before=torch.cuda.memory_allocated(dev),
+                      reserved_before=torch.cuda.memory_reserved(dev))
     try:
         yield record
     finally:
@@ -228,18 +287,64 @@ def step_peak_by_category(
     return peak_by_category(tracker)
 
 
+ALLOCATOR_ROUNDING = 512  # the CUDA caching allocator hands out multiples of 512 bytes
+
+
+def _allocator_bytes(tensors: Iterable[torch.Tensor], device: torch.device) -> int:
+    """Bytes the caching allocator holds for the distinct storages among `tensors` that live on `device`."""
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        if t.device != device:
+            continue  # e.g. Adam's step counters, kept on the CPU
+        storage = t.untyped_storage()
+        if storage._cdata not in seen and storage.nbytes() > 0:
+            seen.add(storage._cdata)
+            total += -(-storage.nbytes() // ALLOCATOR_ROUNDING) * ALLOCATOR_ROUNDING
+    return total
+
+
+def owned_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                      device: str | torch.device | None = None) -> int:
+    """Allocator bytes of the state a training step owns, as it exists now: the model's parameters and buffers,
+    its gradients, and the optimizer's state tensors on `device` (default: the first parameter's device)."""
+    _check_module(model)
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+    params = list(model.parameters())
+    dev = torch.device(device) if device is not None else (params[0].device if params else torch.device("cpu"))
+    tensors: list[torch.Tensor] = params + list(model.buffers()) + [p.grad for p in params if p.grad is not None]
+    if optimizer is not None:
+        for group in optimizer.param_groups:
+            tensors += [p.grad for p in group["params"] if p.grad is not None]
+        tensors += [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return _allocator_bytes(tensors, dev)
+
+
 def step_peak(step: Callable[[], Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
               warmup: int = 1) -> int:
-    """Peak bytes of one call of `step()` after `warmup` calls, on the model's device: the CUDA allocator's
-    max_memory_allocated on a GPU, MemTracker's total (which follows tensors) on a CPU."""
+    """Peak bytes of one call of `step()` after `warmup` calls: the state the step owns (parameters, buffers,
+    gradients and optimizer state that exist when it starts) plus the peak it adds above that.
+
+    On a CUDA GPU: `max_memory_allocated` minus what was allocated when the step began (so the cuBLAS
+    workspaces, which are warmed up first, and every unrelated tensor alive in the kernel are left out), plus
+    the owned state (`owned_state_bytes`). On a CPU or Apple GPU: MemTracker's total (it follows the model's
+    and optimizer's tensors and those the step creates, nothing else)."""
+    if not callable(step):
+        raise TypeError(f"step must be callable, got {type(step).__name__}")
     _check_module(model)
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
     if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
     first = next(model.parameters(), None)
     if first is not None and first.device.type == "cuda":
+        warm_up_cuda(first.device)
         for _ in range(warmup):
             step()
-        with cuda_peak(first.device) as peak:
+        torch.cuda.synchronize(first.device)
+        owned = owned_state_bytes(model, optimizer, first.device)
+        with cuda_peak(first.device, warm_up=False) as peak:
             step()
-        return peak.peak_allocated
+        return owned + peak.peak_above_start
     return step_peak_by_category(step, model, optimizer, steps=warmup + 1)["Total"]

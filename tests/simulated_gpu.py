@@ -1,0 +1,817 @@
+"""A simulated GPU for CPU-only machines: `torch.cuda` (or `torch.mps`) answers as a T4, an H100 or an Apple GPU
+would, while every tensor stays on the CPU. It checks CONTROL FLOW AND MESSAGES, NEVER FIGURES: the memory
+counters are plausible (driven by the bytes of the tensors created "on the GPU", plus the cuBLAS workspaces a
+real GPU would allocate), timings are CPU timings, and nothing it prints is a property of a real GPU.
+
+How it works, once `install(profile)` has run in a process (tests/test_simulated_gpu.py runs it in a setup cell
+before a notebook's first cell, through nbclient):
+- torch.cuda's public functions (is_available, get_device_capability, get_device_properties, memory_allocated,
+  max_memory_allocated, memory_reserved, memory_stats, memory_summary, mem_get_info, Event, Stream,
+  set_per_process_memory_fraction, memory._record_memory_history, memory._snapshot, ...) are replaced by fakes;
+  for the "mps" profile, torch.backends.mps.is_available and torch.mps's memory functions.
+- A TorchFunctionMode maps the simulated device to the CPU: `device="cuda"` keyword arguments, `.to("cuda")`,
+  `.cuda()`, `module.to(device)`. The tensors it creates are marked, and `tensor.device` / `.is_cuda` report
+  the simulated device for marked tensors (and for what is computed from them), so code that asks a tensor
+  where it lives takes its GPU branch. `autocast("cuda")` becomes CPU autocast (FP16 by default, as on CUDA).
+- Memory: bytes of the marked tensors' storages alive (checked lazily, so frees are seen late), one cuBLAS
+  workspace at the first matmul and another at the first backward (8 MiB on sm75-89, 32 MiB on sm90), reserved
+  memory in 2 MiB segments kept until empty_cache(), and an OutOfMemoryError past
+  set_per_process_memory_fraction(...) x total memory.
+- A fake `nvidia-smi` on PATH (see `fake_nvidia_smi_dir`) prints a memory.used figure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+import stat
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+MIB = 2**20
+SEGMENT = 2 * MIB
+PROFILE_ENV = "COURSE_SIMULATED_GPU"
+
+
+@dataclass(frozen=True)
+class Profile:
+    key: str
+    kind: str  # "cuda" or "mps"
+    name: str
+    capability: tuple[int, int] | None
+    total_memory: int
+    multi_processor_count: int
+    workspace: int  # cuBLAS workspace per handle
+
+
+PROFILES: dict[str, Profile] = {
+    "t4": Profile("t4", "cuda", "Tesla T4 (simulated on CPU)", (7, 5), 15_828_320_256, 40, 8 * MIB),
+    "h100": Profile("h100", "cuda", "NVIDIA H100 80GB HBM3 (simulated on CPU)", (9, 0), 85_045_231_616, 132,
+                    32 * MIB),
+    "mps": Profile("mps", "mps", "Apple GPU (simulated on CPU)", None, 22_906_503_168, 0, 0),
+}
+
+_REAL_DEVICE = torch._C.TensorBase.device
+_DATA = torch._C.TensorBase.data
+_MARK = "_course_simulated"
+
+
+def _marked(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.__dict__.get(_MARK, False)
+
+
+def _mark(obj: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        obj.__dict__[_MARK] = True
+    elif isinstance(obj, list | tuple):
+        for item in obj:
+            if isinstance(item, torch.Tensor):
+                item.__dict__[_MARK] = True
+
+
+def _any_marked(args: tuple, kwargs: dict) -> bool:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.__dict__.get(_MARK, False):
+                return True
+        elif isinstance(a, list | tuple):
+            for b in a:
+                if isinstance(b, torch.Tensor) and b.__dict__.get(_MARK, False):
+                    return True
+    for a in kwargs.values():
+        if isinstance(a, torch.Tensor) and a.__dict__.get(_MARK, False):
+            return True
+    return False
+
+
+class _State:
+    """The simulated device's allocator counters and recorded history."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self.lock = threading.RLock()
+        self.live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.allocated = 0
+        self.peak = 0
+        self.reserved = 0
+        self.peak_reserved = 0
+        self.fraction = 1.0
+        self.workspaces: set[str] = set()
+        self.num_allocs = 0
+        self.num_ooms = 0
+        self.since_sweep = 0
+        self.history: list[dict[str, Any]] | None = None
+        self.history_stacks = "python"
+        self.context_bytes = 300 * MIB if profile.kind == "cuda" else 0
+
+    def sweep(self) -> None:
+        with self.lock:
+            dead = [k for k, (ref, _) in self.live.items() if ref.expired()]
+            for k in dead:
+                _, n = self.live.pop(k)
+                self.allocated -= n
+                if self.history is not None:
+                    self.history.append({"action": "free_completed", "addr": k, "size": n, "stream": 0,
+                                         "frames": []})
+            self.since_sweep = 0
+
+    def _grow(self, nbytes: int) -> None:
+        cap = int(self.fraction * self.profile.total_memory)
+        if self.allocated + nbytes > cap:
+            self.sweep()
+        if self.allocated + nbytes > cap:
+            self.num_ooms += 1
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory (simulated). Tried to allocate {nbytes / MIB:.2f} MiB. GPU 0 has a total "
+                f"capacity of {self.profile.total_memory / 2**30:.2f} GiB; this process is limited to "
+                f"{cap / 2**30:.2f} GiB (set_per_process_memory_fraction) and has {self.allocated / MIB:.2f} MiB "
+                "allocated by PyTorch.")
+        self.allocated += nbytes
+        self.num_allocs += 1
+        self.peak = max(self.peak, self.allocated)
+        self.reserved = max(self.reserved, -(-self.allocated // SEGMENT) * SEGMENT)
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def track(self, out: Any) -> None:
+        tensors = [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)] \
+            if isinstance(out, list | tuple) else []
+        with self.lock:
+            for t in tensors:
+                storage = t.untyped_storage()
+                key = storage._cdata
+                known = self.live.get(key)
+                if known is not None and not known[0].expired():
+                    continue
+                nbytes = -(-storage.nbytes() // 512) * 512
+                self._grow(nbytes)
+                self.live[key] = (StorageWeakRef(storage), nbytes)
+                if self.history is not None:
+                    self.history.append({"action": "alloc", "addr": key, "size": nbytes, "stream": 0,
+                                         "frames": _python_frames()})
+            self.since_sweep += 1
+            if self.since_sweep > 256:
+                self.sweep()
+
+    def untrack(self, t: torch.Tensor) -> None:
+        """`t` left the simulated GPU (a copy to the CPU): forget its storage, and its mark."""
+        t.__dict__.pop(_MARK, None)
+        with self.lock:
+            known = self.live.pop(t.untyped_storage()._cdata, None)
+            if known is not None:
+                self.allocated -= known[1]
+
+    def workspace(self, which: str) -> None:
+        if self.profile.workspace and which not in self.workspaces:
+            with self.lock:
+                self.workspaces.add(which)
+                self._grow(self.profile.workspace)
+
+    def stats(self) -> dict[str, int]:
+        self.sweep()
+        return {"allocated": self.allocated, "peak": self.peak, "reserved": self.reserved,
+                "peak_reserved": self.peak_reserved}
+
+
+def _python_frames(limit: int = 12) -> list[dict[str, Any]]:
+    frames = []
+    frame = sys._getframe(3)
+    while frame is not None and len(frames) < limit:
+        frames.append({"filename": frame.f_code.co_filename, "line": frame.f_lineno, "name": frame.f_code.co_name})
+        frame = frame.f_back
+    return frames
+
+
+_STATE: _State | None = None
+_MODES: list[Any] = []
+
+
+def _is_sim_device(value: Any, kind: str) -> bool:
+    if isinstance(value, torch.device):
+        return value.type == kind
+    if isinstance(value, str):
+        return value.split(":")[0] == kind
+    if isinstance(value, int) and not isinstance(value, bool):
+        return kind == "cuda"
+    return False
+
+
+class _DeviceMode(TorchFunctionMode):
+    """Maps the simulated device to the CPU and marks what lives "on the GPU"."""
+
+    def __init__(self, state: _State) -> None:
+        super().__init__()
+        self.state = state
+        self.kind = state.profile.kind
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: C901 (one dispatcher)
+        kwargs = kwargs or {}
+        kind = self.kind
+        if func is torch.Tensor.to:
+            return self._to(args, kwargs)
+        if func is torch.Tensor.cuda:
+            out = args[0].to("cpu", copy=True, non_blocking=kwargs.get("non_blocking", False))
+            _mark(out)
+            self.state.track(out)
+            return out
+        if func is torch.Tensor.cpu:
+            if not _marked(args[0]):
+                return func(*args, **kwargs)
+            out = args[0].to("cpu", copy=True)
+            self.state.untrack(out)
+            return out
+        if func is torch.Tensor.pin_memory:
+            return args[0]
+        if func is torch.Tensor.get_device:
+            return 0 if _marked(args[0]) else func(*args, **kwargs)
+        if getattr(func, "__name__", "") == "__set__" and getattr(func, "__self__", None) is _DATA:
+            func(*args, **kwargs)
+            if _marked(args[1]):
+                _mark(args[0])
+            else:
+                args[0].__dict__.pop(_MARK, None)
+            return None
+        to_sim = False
+        if "device" in kwargs:
+            if _is_sim_device(kwargs["device"], kind):
+                kwargs = dict(kwargs, device="cpu")
+                to_sim = True
+            elif kwargs["device"] is not None:
+                out = func(*args, **kwargs)
+                return out
+        if kwargs.get("pin_memory"):
+            kwargs = dict(kwargs, pin_memory=False)
+        marked_in = to_sim or _any_marked(args, kwargs)
+        out = func(*args, **kwargs)
+        if marked_in and isinstance(out, torch.Tensor | list | tuple):
+            _mark(out)
+            if to_sim:
+                self.state.track(out)
+        return out
+
+    def _to(self, args: tuple, kwargs: dict) -> Any:
+        self_t, rest = args[0], args[1:]
+        copy = bool(kwargs.pop("copy", False)) if "copy" in kwargs else False
+        if rest and isinstance(rest[0], torch.Tensor):  # .to(other): other's (simulated) device and dtype
+            other = rest[0]
+            device = torch.device(self.kind) if _marked(other) else _REAL_DEVICE.__get__(other)
+            rest = (other.dtype, *rest[1:])
+        else:
+            device = None
+            if rest and (isinstance(rest[0], str | torch.device) or (isinstance(rest[0], int)
+                                                                       and not isinstance(rest[0], bool))):
+                device, rest = rest[0], rest[1:]
+            elif "device" in kwargs:
+                device = kwargs.pop("device")
+        src = _marked(self_t)
+        if device is None:
+            dst = src
+        elif _is_sim_device(device, self.kind):
+            dst = True
+        elif torch.device(device).type == "cpu":
+            dst = False
+        else:
+            return self_t.to(device, *rest, copy=copy, **kwargs)
+        out = self_t.to("cpu", *rest, copy=copy or src != dst, **kwargs)
+        if dst:
+            _mark(out)
+            self.state.track(out)
+        elif src:
+            self.state.untrack(out)
+        return out
+
+
+_ATEN_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_addmm_activation", "matmul"}
+
+
+class _CounterMode(TorchDispatchMode):
+    """Sees every aten op, forward and backward: marks what is computed from simulated-GPU tensors, counts its
+    bytes, and allocates a cuBLAS workspace at the first matmul of the forward thread and of autograd's."""
+
+    def __init__(self, state: _State) -> None:
+        super().__init__()
+        self.state = state
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        marked_in = _any_marked(args, kwargs)
+        if marked_in and func.overloadpacket.__name__ in _ATEN_MATMULS:
+            in_backward = torch._C._current_graph_task_id() != -1
+            self.state.workspace("autograd thread" if in_backward else "forward thread")
+        out = func(*args, **kwargs)
+        if marked_in and isinstance(out, torch.Tensor | list | tuple):
+            _mark(out)
+            self.state.track(out)
+        return out
+
+
+def _device_property(self: torch.Tensor) -> torch.device:
+    real = _REAL_DEVICE.__get__(self)
+    if real.type == "cpu" and self.__dict__.get(_MARK, False) and _STATE is not None:
+        return torch.device(_STATE.profile.kind, 0) if _STATE.profile.kind == "cuda" else torch.device("mps", 0)
+    return real
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                 **_: Any) -> None:
+        self.enable_timing = enable_timing
+        self.t: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, stream: Any = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: _FakeEvent) -> float:
+        if not self.enable_timing or not end.enable_timing:
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self.t is None or end.t is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end.t - self.t) * 1e3
+
+
+class _FakeStream:
+    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
+        self.device = torch.device("cuda", 0)
+        self.priority = priority
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: Any = None) -> _FakeEvent:
+        event = event or _FakeEvent()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def __enter__(self) -> _FakeStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+@dataclass
+class _Properties:
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+    multi_processor_count: int
+    L2_cache_size: int = 50 * MIB
+    is_integrated: bool = False
+    is_multi_gpu_board: bool = False
+    warp_size: int = 32
+    uuid: str = "GPU-00000000-simulated"
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // MIB}MB, multi_processor_count={self.multi_processor_count})")
+
+
+def _check_index(device: Any = None) -> int:
+    if device is None:
+        return 0
+    if isinstance(device, int) and not isinstance(device, bool):
+        index = device
+    else:
+        dev = torch.device(device) if isinstance(device, str) else device
+        if not isinstance(dev, torch.device) or dev.type != "cuda":
+            raise ValueError(f"Expected a cuda device, but got: {device}")
+        index = 0 if dev.index is None else dev.index
+    if index != 0:
+        raise AssertionError(f"Invalid device id {index} (the simulated machine has one GPU)")
+    return index
+
+
+def _cuda_fakes(state: _State) -> dict[str, Any]:
+    p = state.profile
+
+    def memory_allocated(device: Any = None) -> int:
+        _check_index(device)
+        return state.stats()["allocated"]
+
+    def max_memory_allocated(device: Any = None) -> int:
+        _check_index(device)
+        return state.stats()["peak"]
+
+    def memory_reserved(device: Any = None) -> int:
+        _check_index(device)
+        return state.stats()["reserved"]
+
+    def max_memory_reserved(device: Any = None) -> int:
+        _check_index(device)
+        return state.stats()["peak_reserved"]
+
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        _check_index(device)
+        state.sweep()
+        state.peak, state.peak_reserved = state.allocated, state.reserved
+
+    def empty_cache() -> None:
+        state.sweep()
+        state.reserved = -(-state.allocated // SEGMENT) * SEGMENT
+
+    def memory_stats(device: Any = None) -> dict[str, Any]:
+        s = state.stats()
+        out: dict[str, Any] = {}
+        for pool in ("all", "large_pool", "small_pool"):
+            share = 1.0 if pool in ("all", "large_pool") else 0.0
+            out[f"allocated_bytes.{pool}.current"] = int(s["allocated"] * share)
+            out[f"allocated_bytes.{pool}.peak"] = int(s["peak"] * share)
+            out[f"reserved_bytes.{pool}.current"] = int(s["reserved"] * share)
+            out[f"reserved_bytes.{pool}.peak"] = int(s["peak_reserved"] * share)
+            out[f"active_bytes.{pool}.current"] = int(s["allocated"] * share)
+            out[f"inactive_split_bytes.{pool}.current"] = 0
+            out[f"segment.{pool}.current"] = int(s["reserved"] // SEGMENT * share)
+        out["num_alloc_retries"] = 0
+        out["num_ooms"] = state.num_ooms
+        out["num_device_alloc"] = int(s["reserved"] // SEGMENT)
+        return out
+
+    def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+        s = state.stats()
+        lines = ["|" + "=" * 75 + "|",
+                 "|                  PyTorch CUDA memory summary (SIMULATED on CPU)                |",
+                 "|" + "-" * 75 + "|",
+                 "|        Metric         | Cur Usage  | Peak Usage |",
+                 f"| Allocated memory      | {s['allocated'] / MIB:8.1f} MiB | {s['peak'] / MIB:8.1f} MiB |",
+                 f"| Reserved memory       | {s['reserved'] / MIB:8.1f} MiB | {s['peak_reserved'] / MIB:8.1f} MiB |",
+                 f"| Requested memory      | {s['allocated'] / MIB:8.1f} MiB | {s['peak'] / MIB:8.1f} MiB |",
+                 "|" + "=" * 75 + "|"]
+        return "\n".join(lines)
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        _check_index(device)
+        s = state.stats()
+        return max(0, p.total_memory - s["reserved"] - state.context_bytes), p.total_memory
+
+    def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+        if not isinstance(fraction, float | int) or isinstance(fraction, bool):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        _check_index(device)
+        state.fraction = float(fraction)
+
+    def get_per_process_memory_fraction(device: Any = None) -> float:
+        return state.fraction
+
+    def record_memory_history(enabled: str | None = "all", context: str | None = "all", stacks: str = "all",
+                              max_entries: int = 2**63 - 1, device: Any = None, **_: Any) -> None:
+        if enabled not in (None, "state", "all", True, False):
+            raise ValueError(f"unknown enabled={enabled!r}")
+        if stacks not in ("python", "all"):
+            raise ValueError(f"unknown stacks={stacks!r}")
+        if enabled in (None, False):
+            state.history = None
+        else:
+            state.history = []
+            state.history_stacks = stacks
+
+    def snapshot(device: Any = None) -> dict[str, Any]:
+        state.sweep()
+        blocks = [{"size": n, "requested_size": n, "state": "active_allocated", "address": k,
+                   "frames": []} for k, (_, n) in state.live.items()]
+        segments = [{"device": 0, "address": 0, "total_size": state.reserved, "stream": 0,
+                     "segment_type": "large", "allocated_size": state.allocated,
+                     "active_size": state.allocated, "requested_size": state.allocated, "blocks": blocks}]
+        trace = [dict(e) for e in (state.history or [])]
+        return {"segments": segments, "device_traces": [trace]}
+
+    def dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+        import pickle
+
+        with open(filename, "wb") as f:
+            pickle.dump(snapshot(), f)
+
+    rng = {"state": torch.get_rng_state().clone()}
+
+    def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+        return rng["state"].clone()
+
+    def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+        rng["state"] = new_state.clone()
+
+    class _DeviceContext:
+        def __init__(self, device: Any) -> None:
+            self.device = device
+
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, *exc: Any) -> bool:
+            return False
+
+    def noop_factory() -> Any:
+        def noop(*args: Any, **kwargs: Any) -> None:
+            return None
+        return noop
+
+    def synchronize(device: Any = None) -> None:
+        _check_index(device)
+
+    def current_device() -> int:
+        return 0
+
+    return {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "init": noop_factory(),
+        "_lazy_init": noop_factory(),
+        "device_count": lambda: 1,
+        "current_device": current_device,
+        "set_device": lambda device: _check_index(device) and None,
+        "get_device_capability": lambda device=None: (_check_index(device), p.capability)[1],
+        "get_device_name": lambda device=None: (_check_index(device), p.name)[1],
+        "get_device_properties": lambda device=None: (_check_index(device), _Properties(
+            p.name, p.capability[0], p.capability[1], p.total_memory, p.multi_processor_count))[1],
+        "is_bf16_supported": lambda including_emulation=True: p.capability >= (8, 0) or including_emulation,
+        "get_arch_list": lambda: ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90"],
+        "synchronize": synchronize,
+        "memory_allocated": memory_allocated,
+        "max_memory_allocated": max_memory_allocated,
+        "memory_reserved": memory_reserved,
+        "max_memory_reserved": max_memory_reserved,
+        "reset_peak_memory_stats": reset_peak_memory_stats,
+        "reset_max_memory_allocated": reset_peak_memory_stats,
+        "reset_accumulated_memory_stats": lambda device=None: None,
+        "memory_stats": memory_stats,
+        "memory_summary": memory_summary,
+        "mem_get_info": mem_get_info,
+        "set_per_process_memory_fraction": set_per_process_memory_fraction,
+        "get_per_process_memory_fraction": get_per_process_memory_fraction,
+        "empty_cache": empty_cache,
+        "Event": _FakeEvent,
+        "Stream": _FakeStream,
+        "current_stream": lambda device=None: _FakeStream(),
+        "default_stream": lambda device=None: _FakeStream(),
+        "stream": lambda stream=None: contextlib.nullcontext(stream),
+        "device": _DeviceContext,
+        "device_of": _DeviceContext,
+        "get_rng_state": get_rng_state,
+        "set_rng_state": set_rng_state,
+        "get_rng_state_all": lambda: [get_rng_state()],
+        "set_rng_state_all": lambda states: set_rng_state(states[0]),
+        "manual_seed": noop_factory(),
+        "manual_seed_all": noop_factory(),
+        "seed": noop_factory(),
+        "seed_all": noop_factory(),
+        "ipc_collect": noop_factory(),
+        "_record_memory_history": record_memory_history,
+        "_snapshot": snapshot,
+        "_dump_snapshot": dump_snapshot,
+    }
+
+
+def _mps_fakes(state: _State) -> dict[str, Any]:
+    p = state.profile
+
+    def current_allocated_memory() -> int:
+        return state.stats()["allocated"]
+
+    def driver_allocated_memory() -> int:
+        return state.stats()["reserved"] + 64 * MIB
+
+    def empty_cache() -> None:
+        state.sweep()
+        state.reserved = -(-state.allocated // SEGMENT) * SEGMENT
+
+    def set_per_process_memory_fraction(fraction: float) -> None:
+        if not 0 <= fraction <= 2:
+            raise ValueError(f"invalid fraction {fraction}")
+        state.fraction = float(fraction)
+
+    return {
+        "current_allocated_memory": current_allocated_memory,
+        "driver_allocated_memory": driver_allocated_memory,
+        "recommended_max_memory": lambda: p.total_memory,
+        "synchronize": lambda: None,
+        "empty_cache": empty_cache,
+        "set_per_process_memory_fraction": set_per_process_memory_fraction,
+        "device_count": lambda: 1,
+        "manual_seed": lambda seed: None,
+        "is_available": lambda: True,
+    }
+
+
+_SAVED: list[tuple[Any, str, Any]] = []
+_MISSING = object()
+
+
+def _patch(obj: Any, name: str, value: Any) -> None:
+    _SAVED.append((obj, name, vars(obj).get(name, _MISSING)))
+    setattr(obj, name, value)
+
+
+def _patch_autocast(kind: str) -> None:
+    autocast = torch.amp.autocast_mode.autocast
+    original_init = autocast.__init__
+
+    @functools.wraps(original_init)
+    def init(self: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True,
+             cache_enabled: bool | None = None) -> None:
+        if device_type == kind:
+            device_type = "cpu"
+            dtype = torch.float16 if dtype is None else dtype
+        original_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    _patch(autocast, "__init__", init)
+    for name in ("is_autocast_enabled", "get_autocast_dtype"):
+        original = getattr(torch, name)
+
+        def mapped(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            if not args and _name == "is_autocast_enabled" and kind == "cuda":
+                args = ("cpu",)
+            if args and args[0] == kind:
+                args = ("cpu", *args[1:])
+            return _original(*args, **kwargs)
+
+        _patch(torch, name, mapped)
+
+
+def install(profile: str = "t4") -> Profile:
+    """Simulate `profile` ("t4", "h100" or "mps") in this process, for good (a test kernel is thrown away)."""
+    global _STATE
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    if _STATE is not None:
+        raise RuntimeError(f"a simulated GPU is already installed here: {_STATE.profile.key}")
+    p = PROFILES[profile]
+    importlib.import_module("torch._dynamo")  # its rule tables are built from the real torch.cuda functions
+    _STATE = state = _State(p)
+    os.environ[PROFILE_ENV] = profile
+    if p.kind == "cuda":
+        for name, fake in _cuda_fakes(state).items():
+            _patch(torch.cuda, name, fake)
+            if name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                        "reset_peak_memory_stats", "memory_stats", "memory_summary", "mem_get_info",
+                        "set_per_process_memory_fraction", "empty_cache", "_record_memory_history", "_snapshot",
+                        "_dump_snapshot", "reset_accumulated_memory_stats", "reset_max_memory_allocated",
+                        "get_per_process_memory_fraction"):
+                _patch(torch.cuda.memory, name, fake)
+        _patch(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
+    else:
+        fakes = _mps_fakes(state)
+        _patch(torch.backends.mps, "is_available", fakes.pop("is_available"))
+        _patch(torch.backends.mps, "is_built", lambda: True)
+        for name, fake in fakes.items():
+            _patch(torch.mps, name, fake)
+    _patch_autocast(p.kind)
+    _patch(torch.Tensor, "device", property(_device_property))
+    _patch(torch.Tensor, "is_cuda", property(lambda self: _device_property(self).type == "cuda"))
+    _patch(torch.Tensor, "is_mps", property(lambda self: _device_property(self).type == "mps"))
+    _patch(torch.Tensor, "is_cpu", property(lambda self: _device_property(self).type == "cpu"))
+    parameter_new = torch.nn.Parameter.__new__
+
+    def new_parameter(cls: type, data: Any = None, requires_grad: bool = True) -> Any:
+        param = parameter_new(cls, data, requires_grad)
+        if _marked(data):
+            _mark(param)
+        return param
+
+    _patch(torch.nn.Parameter, "__new__", staticmethod(new_parameter))
+    _MODES[:] = [_DeviceMode(state), _CounterMode(state)]
+    for mode in _MODES:
+        mode.__enter__()
+    return p
+
+
+def uninstall() -> None:
+    """Undo `install` (for tests that simulate a GPU inside the test process)."""
+    global _STATE
+    for mode in reversed(_MODES):
+        mode.__exit__(None, None, None)
+    _MODES.clear()
+    while _SAVED:
+        obj, name, value = _SAVED.pop()
+        if value is _MISSING:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, value)
+    _STATE = None
+    os.environ.pop(PROFILE_ENV, None)
+
+
+@contextlib.contextmanager
+def simulated(profile: str = "t4"):
+    """`install(profile)` for the duration of a block."""
+    p = install(profile)
+    try:
+        yield p
+    finally:
+        uninstall()
+
+
+def state() -> _State:
+    if _STATE is None:
+        raise RuntimeError("no simulated GPU is installed")
+    return _STATE
+
+
+def fake_nvidia_smi_dir(folder: str, used_mib: int = 1234) -> str:
+    """Write an executable `nvidia-smi` into `folder` that prints `used_mib` (for memory.used queries)."""
+    path = os.path.join(folder, "nvidia-smi")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"#!/bin/sh\necho '{used_mib}'\n")
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return folder
+
+
+def setup_cell_source(profile: str) -> str:
+    """The code cell that installs the simulation in a notebook's kernel before its first cell."""
+    here = os.path.abspath(__file__)
+    return (
+        "import importlib.util as _ilu, sys as _sys\n"
+        f"_spec = _ilu.spec_from_file_location('course_simulated_gpu', {here!r})\n"
+        "_simgpu = _ilu.module_from_spec(_spec)\n"
+        "_sys.modules['course_simulated_gpu'] = _simgpu\n"
+        "_spec.loader.exec_module(_simgpu)\n"
+        f"_simgpu.install({profile!r})\n"
+        "del _ilu, _sys, _spec\n"
+    )
+
+
+
+@dataclass(frozen=True)
+class CellFailure:
+    """A cell that ended in an error (or printed a traceback) under the simulated GPU."""
+
+    cell: int  # index in the notebook as committed (the setup cell is not counted)
+    error: str  # "ename: evalue" (first line)
+    source_head: str  # the cell's first line, to find it
+
+    def __str__(self) -> str:
+        return f"cell {self.cell} ({self.source_head!r}): {self.error}"
+
+
+def run_notebook(path: str, profile: str, *, size: str = "tiny", cell_timeout: int = 180,
+                 extra_env: dict[str, str] | None = None) -> tuple[list[CellFailure], list[str], float]:
+    """Run a notebook in a fresh kernel with `profile` simulated; returns (failures, printed lines, seconds).
+
+    Every cell runs even after a failure (allow_errors), so one run reports every failing cell.
+    """
+    import tempfile
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    nb = nbformat.read(path, as_version=4)
+    setup = nbformat.v4.new_code_cell(setup_cell_source(profile))
+    nb.cells.insert(0, setup)
+    with tempfile.TemporaryDirectory(prefix="simgpu-") as tmp:
+        env = dict(os.environ, COURSE_SIZE=size, COURSE_RECORD="0", MPLBACKEND="Agg",
+                   PYTHONWARNINGS="ignore::DeprecationWarning")
+        if PROFILES[profile].kind == "cuda":
+            env["PATH"] = fake_nvidia_smi_dir(tmp) + os.pathsep + env.get("PATH", "")
+        env.update(extra_env or {})
+        client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+                                resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
+        t0 = time.perf_counter()
+        client.execute(env=env)
+        seconds = time.perf_counter() - t0
+    failures, lines = [], []
+    for index, cell in enumerate(nb.cells[1:]):
+        if cell.cell_type != "code":
+            continue
+        head = cell.source.strip().splitlines()[0][:60] if cell.source.strip() else ""
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":
+                evalue = str(out.get("evalue", "")).strip().splitlines()
+                failures.append(CellFailure(index, f"{out.ename}: {evalue[0] if evalue else ''}"[:300], head))
+            elif out.output_type == "stream":
+                text = out.text
+                lines += text.splitlines()
+                if "Traceback (most recent call last)" in text:
+                    last = [t for t in text.strip().splitlines() if t.strip()][-1]
+                    failures.append(CellFailure(index, f"printed a traceback: {last}"[:300], head))
+    for failure in failures:
+        print(failure)
+    return failures, lines, seconds
