@@ -1,4 +1,5 @@
-"""JupyterLab in headless Chromium: open chapter 00, run every cell, move a widget, see the output change.
+"""JupyterLab in headless Chromium, started the way `make lab` starts it (utils.lab_server): open chapter 00, run
+every cell, move a widget, see the output change; then open a lab from JupyterLab's file browser.
 
 Uses Debian's Chromium by path (never a downloaded browser). Without it the test is skipped with the
 reason, except in CI (CI=true), where a missing browser is a failure.
@@ -8,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -16,10 +16,13 @@ from pathlib import Path
 import pytest
 from servers import free_port, stop_group
 
+from utils.lab_server import command as lab_command
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 NOTEBOOK = "notebooks/00_setup_and_environment.ipynb"
+LAB = "labs/00_warmup.ipynb"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
 
@@ -51,8 +54,9 @@ def jupyterlab(tmp_path):
     port = free_port()
     token = "browser-test-token"
     served = tmp_path / "course"  # a copy: JupyterLab's autosave must never touch the repository
-    (served / "notebooks").mkdir(parents=True)
-    shutil.copy(ROOT / NOTEBOOK, served / NOTEBOOK)
+    for path in (NOTEBOOK, LAB):
+        (served / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / path, served / path)
     # JupyterLab 4 removes cells scrolled out of view from the page ("windowing"): turn that off, so the widget
     # stays findable while later cells run; and do not ask about news.
     settings = tmp_path / "settings" / "@jupyterlab"
@@ -65,11 +69,8 @@ def jupyterlab(tmp_path):
            "COURSE_SIZE": "quick"}
     env.pop("COURSE_CHECKS_STRICT", None)
     log = open(tmp_path / "lab.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}"]
-        + (["--allow-root"] if os.geteuid() == 0 else []),
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(lab_command(port=port, token=token, root=served, open_browser=False),
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:
@@ -142,6 +143,15 @@ def test_chapter00_widget_changes_output_in_jupyterlab(jupyterlab):
             page.mouse.wheel(0, 300)
             changed.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "chapter00_widget.png"))
+
+            # The whole course is served: go to the root in the file browser and open a lab from there.
+            page.click(".jp-BreadCrumbs-home")
+            page.locator(".jp-DirListing-item", has_text="labs").first.dblclick()
+            page.locator(".jp-DirListing-item", has_text="00_warmup.ipynb").first.dblclick()
+            page.wait_for_selector(".lm-TabBar-tab.lm-mod-current >> text=00_warmup.ipynb", timeout=60_000)
+            page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownCell >> text=Lab 00",
+                                   timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "lab00_opened_from_file_browser.png"))
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "chapter00_failure.png"))
             raise

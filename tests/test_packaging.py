@@ -61,6 +61,12 @@ def test_make_lab_serves_jupyterlab_with_a_token(tmp_path):
         assert status == 200, f"JupyterLab did not answer 200 on /lab: {(tmp_path / 'lab.log').read_text()[-2000:]}"
         assert http_status(f"http://127.0.0.1:{port}/api/contents") == 403, "without the token, access is refused"
         assert http_status(f"http://127.0.0.1:{port}/api/contents?token={token}") == 200
+        # The whole course is served (not only notebooks/): labs, solutions and docs open from the file browser.
+        for folder in ("notebooks", "labs", "solutions", "docs"):
+            assert http_status(f"http://127.0.0.1:{port}/api/contents/{folder}?token={token}") == 200, folder
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=10) as response:
+            page = response.read().decode()
+        assert '"news": {"disabled": true}' in page, "JupyterLab would ask about news on first start"
     finally:
         stop_group(proc)
         log.close()

@@ -1,0 +1,109 @@
+"""The Colab/Kaggle path: badges and bootstrap cells generated from one URL, and the bootstrap run for real in a
+fresh virtual environment that holds only torch (and the kernel a hosted image has), with a local clone of the
+repository standing in for its URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from nbclient import NotebookClient
+
+from utils import hosted
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_every_chapter_opens_with_current_badges_and_bootstrap() -> None:
+    url = hosted.repository_url()
+    found = [msg for path in hosted.chapters() for msg in hosted.problems(path, url)]
+    assert not found, "run `python -m utils.hosted --apply`:\n" + "\n".join(found)
+
+
+def test_badges_use_the_one_configured_url(tmp_path: Path) -> None:
+    url = hosted.repository_url()
+    text = hosted.badges_markdown("notebooks/05_x.ipynb", url)
+    owner_name = url.removeprefix("https://github.com/")
+    assert f"colab.research.google.com/github/{owner_name}/blob/main/notebooks/05_x.ipynb" in text
+    assert f"kaggle.com/kernels/welcome?src={url}/blob/main/notebooks/05_x.ipynb" in text
+    assert f'"{url}"' in hosted.bootstrap_source(url)
+
+
+def test_repository_url_is_validated(tmp_path: Path) -> None:
+    bad = tmp_path / "pyproject.toml"
+    bad.write_text('[project]\nname = "x"\n[project.urls]\nRepository = "ftp://example"\n')
+    with pytest.raises(ValueError, match="Repository"):
+        hosted.repository_url(bad)
+
+
+def test_apply_is_idempotent_and_puts_bootstrap_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hosted, "REPO_ROOT", tmp_path)
+    (tmp_path / "notebooks").mkdir()
+    path = tmp_path / "notebooks" / "03_demo.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Chapter 03"),
+                                         nbformat.v4.new_code_cell("x = 1")])
+    nbformat.write(nb, path)
+    url = "https://github.com/someone/course"
+    assert hosted.apply(path, url) and not hosted.apply(path, url)
+    cells = nbformat.read(path, as_version=4).cells
+    assert [c.cell_type for c in cells] == ["markdown", "markdown", "code", "code"]
+    assert cells[0].source == "# Chapter 03" and "COLAB_RELEASE_TAG" in cells[2].source
+    assert hosted.problems(path, url) == []
+    assert hosted.problems(path, "https://github.com/other/course")  # a changed URL makes them stale
+
+
+def test_bootstrap_does_nothing_locally() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLAB_RELEASE_TAG", "KAGGLE_KERNEL_RUN_TYPE")}
+    out = subprocess.run([sys.executable, "-c", hosted.bootstrap_source(hosted.repository_url())], env=env,
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Running locally on CPU") and "nothing to install" in out.stdout
+
+
+@pytest.mark.slow
+def test_bootstrap_in_a_torch_only_venv_then_chapter_00(tmp_path: Path) -> None:
+    clone = tmp_path / "origin"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    torch_version = torch.__version__.split("+")[0]
+    # What a hosted image already has: torch and a Jupyter kernel. Nothing of the course.
+    subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    f"torch=={torch_version}", "ipykernel"], check=True, timeout=900)
+    assert subprocess.run([str(py), "-c", "import utils.sizes"], capture_output=True, cwd=tmp_path).returncode != 0
+
+    work = tmp_path / "content"  # Colab's working folder
+    work.mkdir()
+    env = {**os.environ, "COLAB_RELEASE_TAG": "test", hosted.URL_ENV: str(clone)}
+    for key in ("VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(key, None)
+    boot = subprocess.run([str(py), "-c", hosted.bootstrap_source(hosted.repository_url())], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert boot.returncode == 0, boot.stdout + boot.stderr
+    assert "Hosted notebook on CPU: course installed from" in boot.stdout
+    assert "Warning" not in boot.stdout  # torch is in the tested range, and it was kept:
+    kept = subprocess.run([str(py), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    assert kept.stdout.strip() == torch.__version__
+
+    # Chapter 00 in a kernel of that environment, its bootstrap cell finding the clone already there.
+    kernels = tmp_path / "jupyter" / "kernels" / "hosted"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps({
+        "argv": [str(py), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "hosted", "language": "python", "env": {"COLAB_RELEASE_TAG": "test", hosted.URL_ENV: str(clone),
+                                                                 "MPLBACKEND": "Agg", "COURSE_SIZE": "quick"}}))
+    os.environ["JUPYTER_PATH"] = str(tmp_path / "jupyter")
+    try:
+        nb = nbformat.read(clone / "notebooks" / "00_setup_and_environment.ipynb", as_version=4)
+        NotebookClient(nb, kernel_name="hosted", timeout=300, resources={"metadata": {"path": str(work)}}).execute()
+    finally:
+        del os.environ["JUPYTER_PATH"]
+    first_output = next(c for c in nb.cells if c.cell_type == "code").outputs[0]["text"]
+    assert first_output.startswith("Hosted notebook on CPU")
