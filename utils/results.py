@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -42,9 +43,13 @@ def load_claims(path: Path = CLAIMS_FILE) -> dict[str, tuple[str, str]]:
 
 def device_slug(name: str) -> str:
     """A folder name for a device: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a device name (str), got {type(name).__name__}")
+    if not name.strip():
         raise ValueError(f"name must be a non-empty device name, got {name!r}")
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    # A name with no ASCII letters or digits still gets a folder of its own, never results/ itself.
+    return slug or "device-" + hashlib.sha1(name.encode("utf-8")).hexdigest()[:10]
 
 
 def recording_enabled(info: DeviceInfo | None = None) -> tuple[bool, str]:
@@ -114,18 +119,42 @@ class Run:
         }
 
     def save(self, root: Path | None = None, info: DeviceInfo | None = None) -> Path | None:
-        """Write the run's results if recording is enabled (see module doc); print what happened."""
+        """Write the run's results if recording is enabled (see module doc); print what happened, then this
+        run's figures beside the reference results saved from other runs, each labelled with its device."""
         info = info or device_info()
         enabled, why = recording_enabled(info)
+        references = reference_results(self.chapter, root)
+        comparison = self.compare(references, info)
+        path = None
         if not enabled:
             print(f"Not saved as reference results: {why}.")
-            return None
-        folder = Path(root or RESULTS_DIR) / device_slug(info.name)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{self.chapter}.json"
-        path.write_text(json.dumps(self.to_json(info), indent=1) + "\n", encoding="utf-8")
-        print(f"Saved reference results ({why}) to {path.relative_to(path.parents[2])}.")
+        else:
+            folder = Path(root or RESULTS_DIR) / device_slug(info.name)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{self.chapter}.json"
+            path.write_text(json.dumps(self.to_json(info), indent=1) + "\n", encoding="utf-8")
+            print(f"Saved reference results ({why}) to {path.relative_to(path.parents[2])}.")
+        if comparison:
+            print(comparison)
         return path
+
+    def compare(self, references: list[dict[str, Any]], info: DeviceInfo, limit: int = 15) -> str:
+        """A table of this run's scalar figures beside the same figures of saved reference runs."""
+        names = [n for n, f in self.figures.items() if isinstance(f["value"], int | float)][:limit]
+        if not references or not names:
+            return ""
+        headers = ["figure", f"this run ({info.name}, {experiment_size()})"] + [
+            f"{r['device']['name']} ({r['size']}, {r['date']})" for r in references]
+        rows = []
+        for name in names:
+            unit = self.figures[name]["unit"]
+            cells = [f"{self.figures[name]['value']:.4g} {unit}".strip()]
+            for ref in references:
+                other = ref.get("figures", {}).get(name)
+                value = other.get("value") if isinstance(other, dict) else None
+                cells.append(f"{value:.4g} {unit}".strip() if isinstance(value, int | float) else "-")
+            rows.append([name, *cells])
+        return "Reference results beside this run:\n" + format_table(rows, headers)
 
 
 def reference_results(chapter: str, root: Path | None = None) -> list[dict[str, Any]]:
@@ -135,6 +164,17 @@ def reference_results(chapter: str, root: Path | None = None) -> list[dict[str, 
     folder = Path(root or RESULTS_DIR)
     runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob(f"*/{chapter}.json"))]
     return sorted(runs, key=lambda r: r["device"]["name"])
+
+
+def reference_summary(root: Path | None = None) -> list[list[str]]:
+    """One row per saved reference run: device, capability, torch, size, date, chapter (for chapter 00)."""
+    rows = []
+    for path in sorted(Path(root or RESULTS_DIR).glob("*/*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        capability = run["device"].get("capability")
+        rows.append([run["device"]["name"], "" if capability is None else ".".join(map(str, capability)),
+                     run["torch"], run["size"], run["date"], run["chapter"][:2]])
+    return rows
 
 
 def claims_ledger(root: Path | None = None) -> str:
