@@ -4,7 +4,21 @@ import pytest
 import torch
 
 from utils.chapters import CHAPTERS, chapter_support, support_matrix
-from utils.env import capability_gates, default_device, device_info, package_versions, transformer_engine_status
+from utils.env import (
+    capability_gates,
+    default_device,
+    device_info,
+    mps_available,
+    mps_memory,
+    nvidia_smi_memory_used,
+    package_versions,
+    parse_nvidia_smi_mib,
+    parse_version,
+    tf32_matmuls,
+    tf32_override_note,
+    torch_version_note,
+    transformer_engine_status,
+)
 
 
 @pytest.mark.parametrize(
@@ -87,3 +101,156 @@ def test_readme_support_matrix_is_computed():
         assert name in readme
         if os.path.exists(f"notebooks/{name}.ipynb"):
             assert f"[{name}](notebooks/{name}.ipynb)" in readme and "available" in readme.split(name)[2].split("\n")[0]
+
+
+def _fake_te(tmp_path, pytorch_init: str) -> None:
+    pkg = tmp_path / "transformer_engine"
+    (pkg / "pytorch").mkdir(parents=True)
+    # Transformer Engine's __init__ tries each framework and swallows the ImportError of a missing one.
+    (pkg / "__init__.py").write_text("__version__ = '9.9'\ntry:\n    from . import pytorch\nexcept ImportError:\n"
+                                     "    pass\n")
+    (pkg / "pytorch" / "__init__.py").write_text(pytorch_init)
+
+
+def test_transformer_engine_status_imports_the_pytorch_part(monkeypatch, tmp_path):
+    # Bug 8: `import transformer_engine` succeeded although transformer_engine.pytorch could not be imported.
+    _fake_te(tmp_path, "raise ImportError('libtransformer_engine.so: undefined symbol')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in list(__import__("sys").modules) if m.startswith("transformer_engine")]:
+        monkeypatch.delitem(__import__("sys").modules, name)
+    status = transformer_engine_status()
+    assert not status.available
+    assert "ImportError: libtransformer_engine.so: undefined symbol" in status.message
+    assert chapter_support("08", (9, 0), te_available=status.available) != "native"
+
+
+def test_transformer_engine_status_when_the_pytorch_part_imports(monkeypatch, tmp_path):
+    import sys
+
+    _fake_te(tmp_path, "ENABLED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in list(sys.modules) if m.startswith("transformer_engine")]:
+        monkeypatch.delitem(sys.modules, name)
+    status = transformer_engine_status()
+    assert status.available and status.version == "9.9" and "transformer_engine.pytorch" in status.message
+
+
+@pytest.mark.parametrize(("profile", "device", "capability"), [("t4", "cuda", (7, 5)), ("h100", "cuda", (9, 0)),
+                                                               ("mps", "mps", None)])
+def test_device_info_under_a_simulated_gpu(profile, device, capability):
+    from simulated_gpu import simulated
+
+    with simulated(profile):
+        info = device_info()
+        assert default_device().type == device and info.device == device and info.capability == capability
+        rows = dict(info.rows())
+        assert "(simulated on CPU)" in rows["name"] or rows["name"].startswith("Apple GPU (MPS)")
+        assert info.total_memory > 14 * 2**30 and 0 <= info.free_memory <= info.total_memory
+        if device == "mps":
+            assert info.is_mps and not info.is_cuda
+            assert rows["FP8 Tensor Cores"].startswith("no (Apple GPU")
+            assert any(k.startswith("GPU memory total (MPS") for k in rows)
+            memory = mps_memory()
+            assert set(memory) == {"current_allocated", "driver_allocated", "recommended_max"}
+            assert chapter_support("08", None, device="mps").startswith("MPS: no FP8")
+        else:
+            assert rows["compute capability"] == f"{capability[0]}.{capability[1]}"
+
+
+def test_device_info_describes_the_current_cuda_device(monkeypatch):
+    # Bug 13: properties must come from the current device, not device 0.
+    from simulated_gpu import simulated
+
+    with simulated("t4"):
+        asked = []
+        real = {n: getattr(torch.cuda, n) for n in ("get_device_capability", "get_device_properties",
+                                                    "mem_get_info", "get_device_name")}
+
+        def spy(name):
+            def fn(device=None):
+                asked.append((name, device))
+                return real[name](0)
+            return fn
+
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+        for name in real:
+            monkeypatch.setattr(torch.cuda, name, spy(name))
+        device_info("cuda")
+        assert asked and all(device == 1 for _, device in asked), asked
+
+
+def test_mps_helpers_without_an_apple_gpu():
+    if mps_available():
+        pytest.skip("an Apple GPU is here")
+    with pytest.raises(RuntimeError, match="needs an Apple GPU"):
+        mps_memory()
+    with pytest.raises(ValueError, match="device='mps'"):
+        device_info("mps")
+
+
+@pytest.mark.parametrize(("text", "expected"), [("1234\n", 1234 * 2**20), ("  7 \n", 7 * 2**20), ("[N/A]", None),
+                                                ("", None), ("No devices were found", None), (None, None),
+                                                ("12.5", None), ("-3", None)])
+def test_nvidia_smi_parsing_never_crashes(text, expected):
+    assert parse_nvidia_smi_mib(text) == expected
+
+
+def test_nvidia_smi_memory_used_never_raises(monkeypatch, tmp_path):
+    from simulated_gpu import fake_nvidia_smi_dir
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi at all
+    assert nvidia_smi_memory_used(0) is None
+    fake_nvidia_smi_dir(str(tmp_path), used_mib=321)
+    assert nvidia_smi_memory_used(0) == 321 * 2**20
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'Failed to initialize NVML'\nexit 9\n")
+    assert nvidia_smi_memory_used(0) is None
+    with pytest.raises(ValueError, match="index"):
+        nvidia_smi_memory_used(-1)
+
+
+def test_tf32_matmuls_restores_in_finally():
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with pytest.raises(torch.OutOfMemoryError):
+        with tf32_matmuls(not before[0]):
+            assert torch.backends.cuda.matmul.allow_tf32 is (not before[0])
+            raise torch.OutOfMemoryError("simulated out of memory")
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    with pytest.raises(TypeError, match="enabled"):
+        with tf32_matmuls("yes"):
+            pass
+
+
+VERSIONS = [("2.13.0+cpu", "torch 2.13.0+cpu is inside"), ("2.11.0", "torch 2.11.0 is inside"),
+            ("2.5.0a0+872d972e41.nv24.08", "torch 2.5.0a0+872d972e41.nv24.08 is OLDER"),
+            ("3.0.0", "torch 3.0.0 is NEWER")]
+
+
+@pytest.mark.parametrize(("version", "starts"), VERSIONS)
+def test_torch_version_note(version, starts):
+    note = torch_version_note(version)
+    assert note.startswith(starts) and "\n" not in note
+
+
+def test_torch_version_note_bad_input():
+    with pytest.raises(ValueError, match="text"):
+        torch_version_note("nightly")
+    with pytest.raises(TypeError, match="text"):
+        parse_version(2.11)
+
+
+def test_tf32_override_note():
+    assert "is not set" in tf32_override_note({})
+    assert "is not set" in tf32_override_note({"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "0"})
+    line = tf32_override_note({"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"})
+    assert "=1 is set" in line and "TF32" in line and "\n" not in line
+
+
+def test_chapter_support_bad_input():
+    with pytest.raises(ValueError, match="device"):
+        chapter_support("01", None, device="tpu")
+    with pytest.raises(ValueError, match="capability"):
+        chapter_support("01", (9, 0), device="mps")
+    with pytest.raises(TypeError, match="te_available"):
+        chapter_support("08", (9, 0), te_available="yes")
+    with pytest.raises(ValueError, match="device"):
+        device_info("gpu")

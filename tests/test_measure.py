@@ -172,3 +172,100 @@ def test_step_peak_matches_memtracker_on_cpu():
         step_peak(step, model, opt, warmup=-1)
     with pytest.raises(TypeError, match="model"):
         step_peak(step, "model")
+
+
+# --- CUDA peaks under the simulated GPU (tests/simulated_gpu.py: control flow, plausible counters) ---
+
+def _sim_training(device="cuda"):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64)).to(device)
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(16, 64, device=device)
+
+    def step():
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return model, opt, step
+
+
+@pytest.mark.parametrize("profile", ["t4", "h100"])
+def test_step_peak_on_cuda_is_above_the_start_plus_owned_state(profile):
+    # Bug 1: the old step_peak returned max_memory_allocated, absolute: a 64 MiB tensor of another cell and
+    # the cuBLAS workspaces (8 or 32 MiB a handle) were counted in a step of ~0.2 MiB.
+    from simulated_gpu import simulated
+
+    with simulated(profile):
+        model, opt, step = _sim_training()
+        unrelated = torch.empty(2**24, device="cuda")  # 64 MiB alive in the "kernel"
+        assert next(model.parameters()).is_cuda and unrelated.is_cuda
+        peak = step_peak(step, model, opt)
+        assert torch.cuda.max_memory_allocated() > 64 * 2**20  # the absolute figure the old code returned
+        state = parameter_bytes(model) * 3  # parameters, gradients... and Adam's two moments at least
+        assert state <= peak < 4 * 2**20, peak
+        del unrelated
+
+
+def test_step_peak_warms_cublas_up_before_measuring():
+    # Bug 1: with warmup=0 the first matmuls of the measured step created the cuBLAS workspaces inside it.
+    from simulated_gpu import simulated, state
+
+    with simulated("h100"):
+        model, opt, step = _sim_training()
+        assert not state().workspaces
+        peak = step_peak(step, model, opt, warmup=0)
+        assert state().workspaces == {"forward thread", "autograd thread"}
+        assert peak < 32 * 2**20, peak
+
+
+def test_cuda_peak_reserved_leaves_out_stale_cache():
+    # Bug 13: peak_reserved included blocks cached by earlier cells (reset_peak_memory_stats keeps them).
+    from simulated_gpu import simulated
+
+    with simulated("t4"):
+        stale = torch.empty(2**24, device="cuda")
+        del stale  # 64 MiB freed into the cache: still reserved
+        with cuda_peak() as peak:
+            x = torch.empty(2**18, device="cuda")  # 1 MiB
+            del x
+        assert peak.peak_reserved < 64 * 2**20, "the stale cache was counted"
+        assert peak.peak_above_start >= 2**20
+        assert peak.peak_reserved_above_start <= 4 * 2**20
+
+
+def test_owned_state_bytes_counts_each_storage_once_rounded_like_the_allocator():
+    from utils.measure import ALLOCATOR_ROUNDING, owned_state_bytes
+
+    model = nn.Linear(10, 10)  # weight 400 B, bias 40 B: 512 B each in the allocator
+    assert owned_state_bytes(model) == 2 * ALLOCATOR_ROUNDING
+    model(torch.randn(2, 10)).sum().backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt.step()
+    assert owned_state_bytes(model, opt) == 6 * ALLOCATOR_ROUNDING  # params, grads, momentum buffers
+    with pytest.raises(TypeError, match="model"):
+        owned_state_bytes("model")
+    with pytest.raises(TypeError, match="optimizer"):
+        owned_state_bytes(model, "sgd")
+
+
+def test_cuda_helpers_reject_bad_input():
+    from simulated_gpu import simulated
+
+    from utils.measure import warm_up_cuda
+
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+            warm_up_cuda()
+    with simulated("t4"):
+        with pytest.raises(ValueError, match="device must be a CUDA device"):
+            with cuda_peak("cpu"):
+                pass
+        with pytest.raises(TypeError, match="device"):
+            with cuda_peak(1.5):
+                pass
+        with pytest.raises(TypeError, match="warm_up"):
+            with cuda_peak(warm_up="yes"):
+                pass
+        with pytest.raises(TypeError, match="step must be callable"):
+            step_peak(None, nn.Linear(2, 2))

@@ -172,23 +172,18 @@ def _cuda_device(device: Any, name: str = "device") -> torch.device:
     return dev
 
 
-_WARM: set[tuple[str, int | None]] = set()
-
-
 def warm_up_cuda(device: int | str | torch.device | None = None) -> None:
     """Create the cuBLAS handles and workspaces of `device` before a measurement, so none is counted in it.
 
     cuBLAS allocates its workspace through the caching allocator the first time a thread runs a matmul on a
     stream (about 8 MiB per handle on sm75-89, 32 MiB on sm90); the forward runs on this thread and the
     backward on autograd's device thread, so one small matmul forward AND backward (in FP32 and FP16, with and
-    without a bias: cuBLAS and cuBLASLt) creates both. Done once per device; the tensors are freed at once.
+    without a bias: cuBLAS and cuBLASLt) creates both. Cheap (a few tiny kernels), so it runs before every
+    measurement; its tensors are freed at once, the workspaces stay (they are never freed, even by empty_cache).
     """
     if not torch.cuda.is_available():
         raise RuntimeError("warm_up_cuda needs a CUDA GPU")
     dev = _cuda_device(device)
-    key = (dev.type, dev.index)
-    if key in _WARM:
-        return
     for dtype in (torch.float32, torch.float16):
         w = torch.randn(16, 16, device=dev, dtype=dtype, requires_grad=True)
         b = torch.zeros(16, device=dev, dtype=dtype, requires_grad=True)
@@ -196,7 +191,6 @@ def warm_up_cuda(device: int | str | torch.device | None = None) -> None:
         (torch.nn.functional.linear(x, w, b).sum() + (x @ w).sum()).backward()
         del w, b, x
     torch.cuda.synchronize(dev)
-    _WARM.add(key)
 
 
 @contextmanager

@@ -1,0 +1,263 @@
+"""`make gpu-check`: one command for a workshop host to prove the course on its GPU before the workshop.
+
+On a CUDA GPU it
+1. runs every chapter notebook (00-09) at the full size of the GPU's memory tier, in a fresh kernel each, with a
+   timeout per cell, recording reference results (COURSE_RECORD=1: results/<device>/NN_*.json);
+2. records each notebook's wall time and its peak memory (the highest max_memory_allocated and
+   max_memory_reserved of the run: the kernel keeps the maximum across every reset_peak_memory_stats);
+3. compares the course's memory estimator with the measured step peak on the validation configurations of
+   `utils.estimate.validate` (goal: within 5%);
+4. writes results/<device>/gpu_check.json and gpu_check.md, and prints a table of what passed and what did not,
+   with the reason. It exits 0 when everything passed, 1 otherwise.
+
+Without a CUDA GPU it prints one line saying so and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from utils.validate import check_bool, check_choice, check_int, check_str
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO_ROOT / "notebooks"
+ESTIMATE_TOLERANCE = 0.05  # the estimator should be within 5% of max_memory_allocated above the start
+NO_GPU_EXIT = 2
+PEAK_MARK = "GPU_CHECK_PEAK "
+
+# Runs in the notebook's kernel before its first cell: keep the highest peak across resets.
+PEAK_PRELUDE = """\
+import torch as _gc_torch
+_gc_peak = {"allocated": 0, "reserved": 0}
+_gc_reset = _gc_torch.cuda.reset_peak_memory_stats
+def _gc_reset_keeping_max(device=None, _reset=_gc_reset):
+    _gc_peak["allocated"] = max(_gc_peak["allocated"], _gc_torch.cuda.max_memory_allocated(device))
+    _gc_peak["reserved"] = max(_gc_peak["reserved"], _gc_torch.cuda.max_memory_reserved(device))
+    _reset(device)
+_gc_torch.cuda.reset_peak_memory_stats = _gc_reset_keeping_max
+_gc_torch.cuda.memory.reset_peak_memory_stats = _gc_reset_keeping_max
+"""
+
+# Runs after the notebook's last cell: print the peaks for the parent to read.
+PEAK_EPILOGUE = f"""\
+import json as _gc_json
+_gc_peak["allocated"] = max(_gc_peak["allocated"], _gc_torch.cuda.max_memory_allocated())
+_gc_peak["reserved"] = max(_gc_peak["reserved"], _gc_torch.cuda.max_memory_reserved())
+print({PEAK_MARK!r} + _gc_json.dumps(_gc_peak))
+"""
+
+
+@dataclass
+class ChapterResult:
+    notebook: str
+    passed: bool
+    reason: str
+    wall_s: float
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    failed_cells: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EstimateResult:
+    config: str
+    measured: int
+    estimated: int
+    analytic: int
+
+    @property
+    def error(self) -> float:
+        return (self.estimated - self.measured) / self.measured if self.measured else float("inf")
+
+    @property
+    def passed(self) -> bool:
+        return abs(self.error) <= ESTIMATE_TOLERANCE
+
+
+def chapter_notebooks(chapters: list[str] | None = None, folder: Path = NOTEBOOKS) -> list[Path]:
+    """The chapter notebooks (notebooks/NN_*.ipynb), all or those whose number is in `chapters`."""
+    found = sorted(Path(folder).glob("[0-9][0-9]_*.ipynb"))
+    if chapters is None:
+        return found
+    numbers = {p.name[:2] for p in found}
+    for ch in chapters:
+        check_choice("chapter", ch, sorted(numbers))
+    return [p for p in found if p.name[:2] in chapters]
+
+
+def _first_line(text: str) -> str:
+    lines = [t for t in str(text).strip().splitlines() if t.strip()]
+    return lines[0] if lines else ""
+
+
+def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, record: bool = True,
+                prelude: str = "", extra_env: dict[str, str] | None = None) -> ChapterResult:
+    """Run one notebook in a fresh kernel at `size`; never raises for a failing notebook (it is reported)."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    check_choice("size", size, ("tiny", "quick", "full"))
+    check_int("cell_timeout", cell_timeout, minimum=1)
+    check_bool("record", record)
+    nb = nbformat.read(path, as_version=4)
+    extra = [nbformat.v4.new_code_cell(PEAK_PRELUDE)]
+    if prelude:
+        extra.insert(0, nbformat.v4.new_code_cell(prelude))
+    nb.cells = extra + nb.cells + [nbformat.v4.new_code_cell(PEAK_EPILOGUE)]
+    env = dict(os.environ, COURSE_SIZE=size, COURSE_RECORD="1" if record else "0", MPLBACKEND="Agg")
+    env.update(extra_env or {})
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    t0 = time.perf_counter()
+    reason = ""
+    try:
+        client.execute(env=env)
+    except CellTimeoutError:
+        reason = f"a cell ran past {cell_timeout} s"
+    except DeadKernelError as exc:
+        reason = f"the kernel died (out of host memory?): {_first_line(exc)}"
+    except Exception as exc:  # noqa: BLE001 (any failure of the run is reported, not raised)
+        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+    wall = time.perf_counter() - t0
+    failed, peak = [], None
+    first_real = len(extra)
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                where = index - first_real
+                failed.append(f"cell {where}: {out.get('ename')}: {_first_line(out.get('evalue', ''))}"[:240])
+            elif out.get("output_type") == "stream" and PEAK_MARK in out.get("text", ""):
+                line = [t for t in out["text"].splitlines() if t.startswith(PEAK_MARK)][-1]
+                peak = json.loads(line[len(PEAK_MARK):])
+    if failed and not reason:
+        reason = f"{len(failed)} cell(s) failed; first: {failed[0]}"
+    return ChapterResult(path.name, not reason, reason or "every cell ran", round(wall, 1),
+                         None if peak is None else int(peak["allocated"]),
+                         None if peak is None else int(peak["reserved"]), failed)
+
+
+def _bytes_of(cell: str) -> int:
+    return int(cell.split(" ")[0].replace(",", ""))
+
+
+def estimator_check(configs: list[dict[str, Any]] | None = None) -> list[EstimateResult]:
+    """utils.estimate.validate on this GPU: the traced estimator and the analytic sum of parts against the
+    measured step peak (max_memory_allocated above the step's start, plus the state the step owns)."""
+    from utils.estimate import validate
+
+    results = []
+    for row in validate(configs):
+        precision, optimizer, ckpt, batch = row[:4]
+        results.append(EstimateResult(f"{precision}, {optimizer}, checkpointing {ckpt}, batch {batch}",
+                                      _bytes_of(row[4]), _bytes_of(row[5]), _bytes_of(row[6])))
+    return results
+
+
+def _gib(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / 2**30:.2f}"
+
+
+def report(device: str, tier: int, size: str, chapters: list[ChapterResult], estimates: list[EstimateResult],
+           estimate_error: str = "") -> str:
+    """The printed (and saved) summary as Markdown."""
+    from utils.sizes import TIER_EXAMPLES, tier_budget
+    from utils.tables import format_table
+
+    lines = [f"# gpu-check on {device}", "",
+             f"Memory tier {tier} GiB ({TIER_EXAMPLES[tier]}), size {size}, budget per experiment "
+             f"{tier_budget(tier) / 2**30:.2f} GiB; torch {torch.__version__}; {dt.date.today().isoformat()}.", ""]
+    rows = [(c.notebook, "passed" if c.passed else "FAILED", f"{c.wall_s:.1f}", _gib(c.peak_allocated),
+             _gib(c.peak_reserved), c.reason) for c in chapters]
+    lines.append(format_table(rows, ["notebook", "result", "wall s", "peak allocated GiB", "peak reserved GiB",
+                                     "reason"]))
+    lines.append("")
+    if estimate_error:
+        lines.append(f"Estimator check FAILED to run: {estimate_error}")
+    elif estimates:
+        rows = [(e.config, f"{e.measured:,}", f"{e.estimated:,}", f"{100 * e.error:+.1f}%",
+                 f"{e.analytic:,}", "passed" if e.passed else f"FAILED (more than {ESTIMATE_TOLERANCE:.0%} off)")
+                for e in estimates]
+        lines.append(format_table(rows, ["configuration", "measured B", "traced estimator B", "error",
+                                         "analytic B", "result"]))
+    return "\n".join(lines)
+
+
+def check(chapters: list[str] | None = None, *, size: str | None = None, cell_timeout: int = 1800,
+          results_root: Path | None = None, record: bool = True, prelude: str = "",
+          validate_configs: list[dict[str, Any]] | None = None, run_estimator: bool = True,
+          extra_env: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Run the GPU check (see the module doc); returns (everything passed, the report)."""
+    from utils.env import device_info
+    from utils.results import RESULTS_DIR, device_slug
+    from utils.sizes import memory_tier
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("gpu-check needs a CUDA GPU")
+    size = "full" if size is None else check_choice("size", size, ("tiny", "quick", "full"))
+    info = device_info("cuda")
+    tier = memory_tier()
+    results: list[ChapterResult] = []
+    for path in chapter_notebooks(chapters):
+        print(f"running {path.name} at size {size} ...", flush=True)
+        result = run_chapter(path, size=size, cell_timeout=cell_timeout, record=record, prelude=prelude,
+                             extra_env=extra_env)
+        print(f"  {'passed' if result.passed else 'FAILED'} in {result.wall_s:.1f} s: {result.reason}", flush=True)
+        results.append(result)
+    estimates: list[EstimateResult] = []
+    estimate_error = ""
+    if run_estimator:
+        try:
+            estimates = estimator_check(validate_configs)
+        except Exception as exc:  # noqa: BLE001 (reported in the table)
+            estimate_error = f"{type(exc).__name__}: {_first_line(exc)}"
+    text = report(info.name, tier, size, results, estimates, estimate_error)
+    ok = all(r.passed for r in results) and all(e.passed for e in estimates) and not estimate_error
+    folder = Path(results_root or RESULTS_DIR) / device_slug(info.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = {"device": {"name": info.name, "capability": list(info.capability or ()),
+                          "total_memory": info.total_memory},
+               "tier": tier, "size": size, "torch": torch.__version__, "date": dt.date.today().isoformat(),
+               "passed": ok, "chapters": [asdict(r) for r in results],
+               "estimator": [asdict(e) | {"error": e.error, "passed": e.passed} for e in estimates],
+               "estimator_error": estimate_error}
+    (folder / "gpu_check.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    (folder / "gpu_check.md").write_text(text + "\n", encoding="utf-8")
+    return ok, text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chapters", nargs="+", metavar="NN", help="only these chapters (default: all)")
+    parser.add_argument("--size", choices=("tiny", "quick", "full"), default="full",
+                        help="experiment size (default full: the GPU's memory tier)")
+    parser.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell (default 1800)")
+    parser.add_argument("--no-record", action="store_true", help="do not write reference results")
+    parser.add_argument("--no-estimator", action="store_true", help="skip the estimator check")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("gpu-check needs a CUDA GPU and torch.cuda.is_available() is False here: run it on the GPU host "
+              "(CPU and Apple machines are covered by make test).", file=sys.stderr)
+        return NO_GPU_EXIT
+    check_str("size", args.size)
+    ok, text = check(args.chapters, size=args.size, cell_timeout=args.cell_timeout, record=not args.no_record,
+                     run_estimator=not args.no_estimator)
+    print()
+    print(text)
+    print()
+    print("gpu-check: everything passed." if ok else "gpu-check: some checks FAILED (see the reasons above).")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
