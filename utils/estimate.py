@@ -38,6 +38,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from utils.measure import SavedTensorCounter, make_mem_tracker, peak_by_category
+from utils.sizes import TIER_USABLE_BYTES
+from utils.validate import check_bool, check_choice, check_instance, check_int, check_number
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
@@ -60,25 +62,26 @@ class MemoryEstimate:
 
 
 def _check_choices(optimizer: str, precision: str, checkpointing: bool) -> None:
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if not isinstance(checkpointing, bool):
-        raise TypeError(f"checkpointing must be a bool, got {type(checkpointing).__name__}")
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    check_choice("precision", precision, PRECISIONS)
+    check_bool("checkpointing", checkpointing)
 
 
 def param_dtype(precision: str) -> torch.dtype:
     """The dtype parameters (and optimizer states) are kept in."""
+    check_choice("precision", precision, PRECISIONS)
     return torch.bfloat16 if precision == "bf16" else torch.float32
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The dtype autocast computes matmuls in (None: no autocast)."""
+    check_choice("precision", precision, PRECISIONS)
     return {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(precision)
 
 
 def state_bytes_per_element(optimizer: str, precision: str) -> int:
     """Optimizer state bytes per trainable parameter element (step counters excluded)."""
+    check_choice("optimizer", optimizer, OPTIMIZERS)
     size = torch.finfo(param_dtype(precision)).bits // 8
     return {"sgd": 0, "sgd-momentum": size, "adam": 2 * size, "adamw": 2 * size}[optimizer]
 
@@ -230,8 +233,8 @@ def estimate_memory(model: nn.Module, example_inputs: Sequence[Any] | torch.Tens
 
 def make_optimizer(optimizer: str, params: Iterable[torch.Tensor], lr: float = 1e-3) -> torch.optim.Optimizer:
     """The optimizer named as in the estimator ("sgd", "sgd-momentum", "adam", "adamw")."""
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    check_number("lr", lr, positive=True)
     params = [p for p in params if p.requires_grad]
     if optimizer == "sgd":
         return torch.optim.SGD(params, lr=lr)
@@ -252,9 +255,7 @@ class TransformerShape:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{f.name} must be a positive int, got {value!r}")
+            check_int(f.name, getattr(self, f.name), minimum=1)
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
 
@@ -290,11 +291,10 @@ def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precisi
     (4.b.h.T), eager attention the mask (T^2) and the softmax output (c.b.h.T^2); autocast saves a 2-byte
     copy of every matmul weight (24 d^2). Checkpointing keeps only each block's input (a.n.d).
     """
+    check_instance("shape", shape, TransformerShape)
     _check_choices("adamw", precision, checkpointing)
-    if attention not in ("sdpa", "eager"):
-        raise ValueError(f"attention must be 'sdpa' or 'eager', got {attention!r}")
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    check_choice("attention", attention, ("sdpa", "eager"))
+    check_int("batch", batch, minimum=1)
     d, h, t, v, b = shape.d_model, shape.n_head, shape.seq_len, shape.vocab_size, batch
     n = b * t
     mixed = autocast_dtype(precision) is not None
@@ -315,8 +315,7 @@ def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precisi
 def transformer_memory(shape: TransformerShape, batch: int, *, optimizer: str = "adamw", precision: str = "fp32",
                        checkpointing: bool = False, attention: str = "sdpa") -> MemoryEstimate:
     """The analytic estimate for `utils.models.GPT` at any size (optimizer temporaries not modelled: 0)."""
-    if not isinstance(shape, TransformerShape):
-        raise TypeError(f"shape must be a TransformerShape, got {type(shape).__name__}")
+    check_instance("shape", shape, TransformerShape)
     _check_choices(optimizer, precision, checkpointing)
     p = shape.n_params
     size = torch.finfo(param_dtype(precision)).bits // 8
@@ -345,6 +344,7 @@ def measure_step(model: nn.Module, inputs: Sequence[torch.Tensor], *, optimizer:
 
     from utils.measure import step_peak
 
+    check_instance("model", model, nn.Module)
     _check_choices(optimizer, precision, checkpointing)
     if precision == "bf16":
         model = copy.deepcopy(model).to(torch.bfloat16)
@@ -407,9 +407,11 @@ if __name__ == "__main__":
     main()
 
 
-# Nominal memory of the GPUs workshop hosts rent (GB as sold, read as GiB). The CUDA context and the caching
-# allocator take a little more of it (chapter 07 measures how much).
+# Marketed memory of the GPUs workshop hosts rent (GB as sold). A GPU reports less than that as its total memory
+# (a T4 about 14.7 GiB, an A10G about 22.5 GiB): `GPU_USABLE_BYTES` is what the course plans with (the tiers of
+# utils.sizes), and the CUDA context, cuBLAS workspaces and the allocator's rounding take some of that too.
 GPU_MEMORY_GB: dict[str, int] = {"T4": 16, "A10G": 24, "A100 40GB": 40, "A100 80GB": 80, "H100": 80}
+GPU_USABLE_BYTES: dict[str, int] = {name: TIER_USABLE_BYTES[gb] for name, gb in GPU_MEMORY_GB.items()}
 
 
 @dataclass(frozen=True)
@@ -431,17 +433,16 @@ class FitReport:
 def will_it_fit(model: str | TransformerShape, batch: int, seq_len: int, *, precision: str = "bf16-mixed",
                 optimizer: str = "adamw", checkpointing: bool = False, gpu: str = "A100 80GB") -> FitReport:
     """The analytic estimate of a transformer (a preset's name, or a custom TransformerShape) at a batch and
-    sequence length, against a GPU's memory."""
+    sequence length, against the memory the GPU reports (`GPU_USABLE_BYTES`, less than the marketed size)."""
     if isinstance(model, TransformerShape):
         base = model
-    elif model in PRESETS:
+    elif isinstance(model, str) and model in PRESETS:
         base = PRESETS[model]
     else:
         raise ValueError(f"model must be a TransformerShape or one of {sorted(PRESETS)}, got {model!r}")
-    if gpu not in GPU_MEMORY_GB:
-        raise ValueError(f"gpu must be one of {sorted(GPU_MEMORY_GB)}, got {gpu!r}")
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    check_choice("gpu", gpu, tuple(GPU_MEMORY_GB))
+    check_int("seq_len", seq_len, minimum=1)
+    check_int("batch", batch, minimum=1)
     shape = TransformerShape(base.n_layer, base.d_model, base.n_head, seq_len, base.vocab_size)
     est = transformer_memory(shape, batch, optimizer=optimizer, precision=precision, checkpointing=checkpointing)
-    return FitReport(est, GPU_MEMORY_GB[gpu] * 2**30, gpu)
+    return FitReport(est, GPU_USABLE_BYTES[gpu], gpu)
