@@ -4,11 +4,16 @@
 and handles overflow and NaN as torch's cast to that dtype does; `decode(code, fmt)` gives the exact
 value of a bit pattern; `fields(code, fmt)` splits it into (sign, exponent bits, mantissa bits).
 
-Formats: "fp32", "fp16", "bf16", "fp8_e4m3" (torch.float8_e4m3fn: no infinities, NaN only at S.1111.111,
-max 448; torch saturates anything larger, infinities included, to +-448), "fp8_e5m2" (IEEE-like, max
-57344, overflow to infinity), and for the MX preview "e8m0" (the MX block-scale format: 8 exponent bits,
-no sign, no mantissa, 0xFF is NaN; rounding as torch.float8_e8m0fnu) and "fp4_e2m1" (NVFP4/MXFP4
-elements: values 0, 0.5, 1, 1.5, 2, 3, 4, 6; no infinity or NaN, so we saturate and refuse NaN).
+Formats: "fp32", "fp16", "bf16", "tf32" (a matmul compute mode, not a storage dtype: FP32's 8 exponent
+bits with 10 mantissa bits; the codec rounds to nearest even), "fp8_e4m3" (torch.float8_e4m3fn: no
+infinities, NaN only at S.1111.111, max 448; the codec saturates anything larger, infinities included, to
++-448, as torch's eager cast does since torch 2.12 and as torchao's clamped casts do on every version; older
+eager casts gave NaN beyond 464), "fp8_e5m2" (IEEE-like, max 57344, overflow to infinity), and for the
+block-scaled formats "e8m0" (the MX block-scale format: 8 exponent bits, no sign, no mantissa, 0xFF is NaN;
+rounding as torch.float8_e8m0fnu) and "fp4_e2m1" (NVFP4/MXFP4 elements: values 0, 0.5, 1, 1.5, 2, 3, 4, 6;
+no infinity or NaN, so we saturate and refuse NaN).
+
+`x` may be a Python int of any size: it is rounded once from its exact value.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ FORMATS: dict[str, Format] = {
     "fp32": Format("fp32", 8, 23, 127, torch_dtype="float32"),
     "fp16": Format("fp16", 5, 10, 15, torch_dtype="float16"),
     "bf16": Format("bf16", 8, 7, 127, torch_dtype="bfloat16"),
+    "tf32": Format("tf32", 8, 10, 127),
     "fp8_e4m3": Format("fp8_e4m3", 4, 3, 7, ieee_specials=False, overflow="saturate", torch_dtype="float8_e4m3fn"),
     "fp8_e5m2": Format("fp8_e5m2", 5, 2, 15, torch_dtype="float8_e5m2"),
     "e8m0": Format("e8m0", 8, 0, 127, has_sign=False, ieee_specials=False, overflow="saturate",
