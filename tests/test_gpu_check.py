@@ -1,0 +1,74 @@
+"""`make gpu-check` (utils/gpu_check.py): one line and a non-zero exit without a GPU; its GPU path under a
+simulated T4 (control flow only: the figures of a simulated GPU mean nothing)."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+import torch
+from simulated_gpu import setup_cell_source, simulated
+
+from utils import gpu_check
+from utils.gpu_check import ChapterResult, EstimateResult, chapter_notebooks, report, run_chapter
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message is what is tested here")
+def test_without_a_gpu_one_line_and_a_non_zero_exit(capsys):
+    assert gpu_check.main([]) == gpu_check.NO_GPU_EXIT
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "CUDA GPU" in err
+
+
+@pytest.mark.slow
+def test_gpu_path_under_a_simulated_t4(tmp_path):
+    config = [{"precision": "fp32", "optimizer": "adamw", "checkpointing": False, "batch": 4}]
+    with simulated("t4"):
+        ok, text = gpu_check.check(["00"], size="tiny", cell_timeout=240, results_root=tmp_path, record=False,
+                                   prelude=setup_cell_source("t4"), validate_configs=config)
+    print(text)
+    assert "00_setup_and_environment.ipynb | passed" in text
+    assert "Tesla T4 (simulated on CPU)" in text and "Memory tier 16 GiB" in text
+    assert "fp32, adamw, checkpointing off, batch 4" in text
+    folder = tmp_path / "tesla-t4-simulated-on-cpu"
+    summary = json.loads((folder / "gpu_check.json").read_text())
+    (chapter,) = summary["chapters"]
+    assert chapter["passed"] and chapter["peak_allocated"] is not None and chapter["wall_s"] > 0
+    assert summary["estimator"][0]["measured"] > 0
+    assert (folder / "gpu_check.md").read_text().startswith("# gpu-check on Tesla T4")
+
+
+@pytest.mark.slow
+def test_a_failing_notebook_is_reported_with_its_cell(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("raise ValueError('boom')")]
+    path = tmp_path / "99_broken.ipynb"
+    nbformat.write(nb, path)
+    result = run_chapter(path, size="tiny", cell_timeout=120, record=False, prelude=setup_cell_source("t4"))
+    assert not result.passed and "cell 1: ValueError: boom" in result.reason
+    assert result.peak_allocated is not None  # the epilogue still ran
+
+
+def test_report_marks_failures_and_estimates_off_by_more_than_5_percent():
+    chapters = [ChapterResult("01_x.ipynb", True, "every cell ran", 12.0, 2**30, 2**31),
+                ChapterResult("02_y.ipynb", False, "a cell ran past 60 s", 60.0)]
+    estimates = [EstimateResult("fp32 a", 1000, 1040, 900), EstimateResult("fp32 b", 1000, 1100, 900)]
+    assert estimates[0].passed and not estimates[1].passed
+    text = report("GPU", 16, "full", chapters, estimates)
+    assert "02_y.ipynb | FAILED" in text and "a cell ran past 60 s" in text
+    assert "+4.0%" in text and "FAILED (more than 5% off)" in text
+    assert "Estimator check FAILED to run: boom" in report("GPU", 80, "full", chapters, [], "boom")
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="chapter"):
+        chapter_notebooks(["10"])
+    assert [p.name[:2] for p in chapter_notebooks(["00", "03"])] == ["00", "03"]
+    with pytest.raises(ValueError, match="size"):
+        run_chapter(chapter_notebooks(["00"])[0], size="huge")
+    with pytest.raises(TypeError, match="cell_timeout"):
+        run_chapter(chapter_notebooks(["00"])[0], cell_timeout=1.5)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+            gpu_check.check(["00"])
