@@ -108,7 +108,7 @@ def problems(path: Path) -> list[str]:
 def chapters(only: str | None = None) -> list[Path]:
     paths = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
     if only is not None:
-        paths = [p for p in paths if p.name.startswith(only)]
+        paths = [p for p in paths if isinstance(only, str) and len(only) == 2 and p.name.startswith(only)]
         if not paths:
             raise ValueError(f"--only must name a chapter number such as 05, got {only!r}")
     return paths

@@ -75,9 +75,16 @@ def memory_tier() -> int:
 
 def tier_budget(tier: int) -> int:
     """Bytes a full-size experiment may use on a GPU of this tier: FIT_FRACTION of its usable memory."""
+    _check_tier(tier)
+    return int(FIT_FRACTION * TIER_USABLE_BYTES[tier])
+
+
+def _check_tier(tier: object) -> int:
+    if isinstance(tier, bool) or not isinstance(tier, int):
+        raise TypeError(f"tier must be an int, one of {', '.join(map(str, TIERS))}; got {type(tier).__name__}")
     if tier not in TIER_USABLE_BYTES:
         raise ValueError(f"tier must be one of {', '.join(map(str, TIERS))}, got {tier!r}")
-    return int(FIT_FRACTION * TIER_USABLE_BYTES[tier])
+    return tier
 
 
 def pick(quick: T, full: T | Mapping[int, T], *, tiny: T | None = None, size: Size | None = None,
@@ -89,8 +96,10 @@ def pick(quick: T, full: T | Mapping[int, T], *, tiny: T | None = None, size: Si
     """
     if size is None:
         size = experiment_size()
-    if size not in SIZES:
+    if not isinstance(size, str) or size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)} or None, got {size!r}")
+    if tier is not None:
+        _check_tier(tier)
     if size == "tiny":
         return quick if tiny is None else tiny
     if size == "quick":
