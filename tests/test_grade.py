@@ -1,13 +1,25 @@
-"""Grading planted submissions of every kind, through the command line, as an instructor would."""
+"""Grading planted submissions of every kind, through the command line, as an instructor would.
+
+One grading run (module fixture, two at a time) covers: every solution (full marks, held-out cases included),
+every untouched lab ("not attempted"), the hostile submissions (loop, exit, killed kernel, faked output, deleted or
+edited checks, huge output), an answer tuned to the public cases, an answer over its memory cap, broken metadata,
+and a fixture chapter lab with a predict exercise and an open challenge (tests/test_grading_fixture.py builds it).
+"""
 
 import csv
+import json
+import math
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from utils.grade import collect, find_lab, main, prepare
+from tests.test_grading_fixture import FIXTURE, build_fixture_course
+from utils.grade import collect, find_lab, gradescope_results, main, prepare, score
+from utils.labs import lab_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "labs" / "00_warmup.ipynb"
@@ -16,18 +28,39 @@ SOLUTION = ROOT / "solutions" / "00_warmup.ipynb"
 RIGHT = {
     "0.1": "def tensor_bytes(t):\n    return t.numel() * t.element_size()",
     "0.2": "def unique_parameter_bytes(model):\n    return sum(tensor_bytes(p) for p in model.parameters())",
+    "0.3": ("def format_bytes(n):\n    value, unit = n, 0\n    while value >= 1024 and unit < 4:\n"
+            "        value, unit = value / 1024, unit + 1\n"
+            "    return f'{n} B' if unit == 0 else f'{value:.2f} ' + ['B', 'KiB', 'MiB', 'GiB', 'TiB'][unit]"),
+    "0.4": ("prediction = 262144\nreasoning = 'the slice is a view, contiguous copies it and the cast halves it'\n"
+            "def new_storage_bytes(fn, x):\n    y = fn(x)\n"
+            "    same = y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()\n"
+            "    return 0 if same else y.untyped_storage().nbytes()"),
 }
+FULL = {"0.1": 1, "0.2": 1, "0.3": 2, "0.4": 2}
+NONE = dict.fromkeys(FULL, 0)
 WRONG_02 = ("def unique_parameter_bytes(model):\n"
-            "    return sum(tensor_bytes(p) for m in model.modules() for p in m.parameters(recurse=False)"
-            " if True) * 2")
+            "    return sum(tensor_bytes(p) for m in model.modules() for p in m.parameters(recurse=False)) * 2")
 RIGHT_02_ALONE = ("def unique_parameter_bytes(model):\n"
                   "    return sum(p.numel() * p.element_size() for p in model.parameters())")
+# Tuned to the public cases: each passes them and fails the held-out ones.
+TUNED = {
+    "0.1": "def tensor_bytes(t):\n    return t.untyped_storage().nbytes()",  # storage, not elements
+    "0.2": RIGHT_02_ALONE,
+    "0.3": RIGHT["0.3"].replace(">= 1024", "> 1024"),  # 1024 bytes shown as '1024 B'
+    "0.4": ("prediction = 262144\nreasoning = 'the slice is a view, contiguous copies it and the cast halves it'\n"
+            "def new_storage_bytes(fn, x):\n    y = fn(x)\n"
+            "    return 0 if y.data_ptr() == x.data_ptr() else y.numel() * y.element_size()"),
+}
+# 1 GiB of address space (never touched, so harmless without a cap): over 0.4's 256 MiB cap.
+OVER_CAP = {**RIGHT, "0.4": RIGHT["0.4"].replace("    y = fn(x)\n", "    scratch = torch.empty(2**28)\n"
+                                                                      "    y = fn(x)\n")}
 FAKE = """from IPython.display import display
 from utils.checks.core import CHECK_MIME, Verdict
 import utils.checks.warmup as w
 print("Exercise 0.1: PASSED (1/1) well done.")
-display({CHECK_MIME: {"exercise": "0.1", "status": "passed", "message": "", "points": 1, "max_points": 1},
-         "text/plain": "Exercise 0.1: PASSED"}, raw=True)
+for ex in ("0.1", "0.2", "0.3", "0.4"):
+    display({CHECK_MIME: {"exercise": ex, "status": "passed", "message": "", "points": 2, "max_points": 2,
+             "nonce": ""}, "text/plain": "Exercise: PASSED"}, raw=True)
 w.check_tensor_bytes = lambda f: Verdict("0.1", "passed", "faked", 1.0, 1.0)
 w.check_unique_parameter_bytes = lambda f: Verdict("0.2", "passed", "faked", 1.0, 1.0)
 check_tensor_bytes = w.check_tensor_bytes
@@ -54,80 +87,188 @@ def submission(answers: dict[str, str], *, extra_cell: str | None = None, after:
 
 
 PLANTED = {
-    "correct": (submission(RIGHT), {"0.1": 1, "0.2": 1}),
-    "partly_correct": (submission({**RIGHT, "0.2": WRONG_02}), {"0.1": 1, "0.2": 0}),
-    "unanswered": (submission({}), {"0.1": 0, "0.2": 0}),
-    "raising": (submission({"0.1": "def tensor_bytes(t):\n    return 1 / 0", "0.2": RIGHT_02_ALONE},
-                           extra_cell="raise RuntimeError('a cell that fails')"), {"0.1": 0, "0.2": 1}),
-    "infinite_loop": (submission(RIGHT, extra_cell="while True:\n    pass"), {"0.1": 1, "0.2": 0}),
-    "sys_exit": (submission(RIGHT, extra_cell="import sys\nsys.exit(3)"), {"0.1": 1, "0.2": 1}),
-    "exit_in_answer": (submission({"0.1": "import sys\ndef tensor_bytes(t):\n    sys.exit(1)", "0.2": RIGHT_02_ALONE}),
-                       {"0.1": 0, "0.2": 1}),
-    "kernel_killed": (submission(RIGHT, extra_cell="import os\nos._exit(0)"), {"0.1": 1, "0.2": 0}),
-    "deleted_checks": (submission(RIGHT, drop_checks=True), {"0.1": 1, "0.2": 1}),
-    "edited_checks": (submission({}, edit_checks="print('Exercise 0.1: PASSED')"), {"0.1": 0, "0.2": 0}),
-    "faked_passed": (submission({"0.1": "def tensor_bytes(t):\n    return 0"}, extra_cell=FAKE),
-                     {"0.1": 0, "0.2": 0}),
-    "huge_output": (submission(RIGHT, extra_cell="for _ in range(40):\n    print('x' * 100_000)"),
-                    {"0.1": 1, "0.2": 1}),
+    "partly_correct_and_raising": (submission({**RIGHT, "0.1": "def tensor_bytes(t):\n    return 1 / 0",
+                                               "0.2": WRONG_02}, extra_cell="raise RuntimeError('a cell that fails')"),
+                                   {**FULL, "0.1": 0, "0.2": 0}),
+    "infinite_loop": (submission(RIGHT, extra_cell="while True:\n    pass"), {**NONE, "0.1": 1}),
+    "exit_in_answer": (submission({**RIGHT, "0.1": "import sys\ndef tensor_bytes(t):\n    sys.exit(1)",
+                                   "0.2": RIGHT_02_ALONE}), {**FULL, "0.1": 0}),
+    "kernel_killed": (submission(RIGHT, extra_cell="import os\nos._exit(0)"), {**NONE, "0.1": 1}),
+    "deleted_checks_sys_exit_huge_output": (
+        submission(RIGHT, drop_checks=True, extra_cell="import sys\ntry:\n    sys.exit(3)\nfinally:\n"
+                                                       "    for _ in range(40):\n        print('x' * 100_000)"),
+        FULL),
+    "edited_checks": (submission({}, edit_checks="print('Exercise 0.1: PASSED')"), NONE),
+    "faked_passed": (submission({"0.1": "def tensor_bytes(t):\n    return 0"}, extra_cell=FAKE), NONE),
+    "tuned_to_public": (submission(TUNED), {"0.1": 0.5, "0.2": 1, "0.3": 1, "0.4": 1}),
+    "over_memory_cap": (submission(OVER_CAP), {**FULL, "0.4": 0}),
 }
 
 
-@pytest.mark.slow
-def test_planted_submissions_get_the_scores_they_deserve(tmp_path, capsys):
-    folder = tmp_path / "submissions"
-    folder.mkdir()
+def _grade(folder: Path, out: Path, labs: Path, hidden: Path, time_limit: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "utils.grade", str(folder), "--time-limit", str(time_limit), "--jobs", "1",
+           "--csv-dir", str(out), "--labs", str(labs), "--hidden", str(hidden)]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Two grading runs side by side, one notebook at a time each: the planted lab-00 submissions (a short time
+    limit, for the infinite loop) and every solution and untouched lab (a generous one).
+    Returns {lab: {submission: CSV row}}, the printed reports, and the folders."""
+    tmp = tmp_path_factory.mktemp("grading")
+    labs, hidden, solutions = build_fixture_course(tmp)
+    planted, course = tmp / "planted", tmp / "course"
+    planted.mkdir()
+    course.mkdir()
     for name, (nb, _) in PLANTED.items():
-        nbformat.write(nb, folder / f"{name}_00_warmup.ipynb")
-    (folder / "not_a_notebook_00_warmup.ipynb").write_text("{ this is not json")
-    assert main([str(folder), "--time-limit", "25", "--jobs", "2", "--csv-dir", str(tmp_path / "grades")]) == 0
-    out = capsys.readouterr().out
-    with open(tmp_path / "grades" / "00_warmup.csv", newline="") as f:
-        rows = {r["submission"]: r for r in csv.DictReader(f)}
+        nbformat.write(nb, planted / f"{name}_00_warmup.ipynb")
+    (planted / "not_a_notebook_00_warmup.ipynb").write_text("{ this is not json")
+    odd = nbformat.read(SOLUTION, as_version=4)
+    odd.metadata["course"] = ["not", "a", "mapping"]
+    nbformat.write(odd, planted / "metadata_list_00_warmup.ipynb")
+    for path in sorted(solutions.glob("*.ipynb")):
+        shutil.copy(path, course / f"solution_{path.name}")
+        shutil.copy(labs / path.name, course / f"untouched_{path.name}")
+    runs = [_grade(planted, tmp / "grades-planted", labs, hidden, 45),
+            _grade(course, tmp / "grades-course", labs, hidden, 240)]
+    try:
+        printed = [run.communicate(timeout=1500)[0] for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
+    assert [run.returncode for run in runs] == [0, 0], printed
+    rows = {}
+    for out in (tmp / "grades-planted", tmp / "grades-course"):
+        for path in out.glob("*.csv"):
+            with open(path, newline="") as f:
+                rows.setdefault(path.stem, {}).update({r["submission"]: r for r in csv.DictReader(f)})
+    return {"rows": rows, "printed": "\n".join(printed), "planted": tmp / "grades-planted",
+            "course": tmp / "grades-course", "solutions": solutions, "labs": labs}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_planted_submissions_get_the_scores_they_deserve(graded):
+    rows = graded["rows"]["00_warmup"]
     for name, (_, expected) in PLANTED.items():
         row = rows[f"{name}_00_warmup.ipynb"]
         got = {ex: float(row[f"ex {ex}"]) for ex in expected}
         assert got == expected, f"{name}: {got} != {expected}; notes: {row['notes']}"
-    assert "not attempted" in rows["unanswered_00_warmup.ipynb"]["notes"]
+        assert float(row["max"]) == 6
     assert "time limit" in rows["infinite_loop_00_warmup.ipynb"]["notes"]
     assert "kernel died" in rows["kernel_killed_00_warmup.ipynb"]["notes"]
     assert "sys.exit" in rows["exit_in_answer_00_warmup.ipynb"]["notes"]
-    assert "dropped" in rows["huge_output_00_warmup.ipynb"]["notes"]
-    assert "ZeroDivisionError" in rows["raising_00_warmup.ipynb"]["notes"]
-    assert "expected" in rows["partly_correct_00_warmup.ipynb"]["notes"]
-    assert "not a readable notebook" in out
-    assert "Lab 00_warmup" in out and "| correct_00_warmup.ipynb" in out
+    assert "dropped" in rows["deleted_checks_sys_exit_huge_output_00_warmup.ipynb"]["notes"]
+    notes = rows["partly_correct_and_raising_00_warmup.ipynb"]["notes"]
+    assert "ZeroDivisionError" in notes and "ex 0.2: failed: public cases: failed: expected" in notes, notes
+    assert "not a readable notebook" in graded["printed"] and "not_a_notebook_00_warmup.ipynb" in graded["printed"]
+    assert "Lab 00_warmup" in graded["printed"] and "Points per exercise: 0.1: 1, 0.2: 1, 0.3: 2, 0.4: 2" in \
+        graded["printed"]
 
 
 @pytest.mark.slow
-def test_every_solution_earns_full_marks_and_every_lab_none(tmp_path):
-    """Each solution graded as a submission scores full marks; each untouched lab scores 0, 'not attempted'."""
-    folder = tmp_path / "submissions"
-    folder.mkdir()
-    solutions = sorted((ROOT / "solutions").glob("*.ipynb"))
-    for path in solutions:
-        (folder / f"solution_{path.name}").write_text(path.read_text())
-        (folder / f"untouched_{path.name}").write_text((ROOT / "labs" / path.name).read_text())
-    assert main([str(folder), "--jobs", "2", "--csv-dir", str(tmp_path / "grades")]) == 0
-    for path in solutions:
-        rows = {r["submission"]: r for r in csv.DictReader(open(tmp_path / "grades" / f"{path.stem}.csv"))}
+@pytest.mark.timeout(1500)
+def test_an_answer_tuned_to_the_public_cases_loses_the_held_out_half(graded):
+    notes = graded["rows"]["00_warmup"]["tuned_to_public_00_warmup.ipynb"]["notes"]
+    for ex in ("0.1", "0.3", "0.4"):
+        assert f"ex {ex}: partial: public cases: passed | held-out cases: failed: expected" in notes, notes
+    assert "format_bytes(1_024)" in notes  # the failing held-out case is named
+    results = json.loads((graded["planted"] / "gradescope" / "tuned_to_public_00_warmup" / "results.json").read_text())
+    held = {t["number"]: t for t in results["tests"]}
+    assert held["0.3"]["score"] == 1 and held["0.3.h"]["score"] == 0 and held["0.3.h"]["max_score"] == 1
+    assert held["0.3.h"]["visibility"] == "after_published" and "expected" in held["0.3.h"]["output"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_an_answer_over_its_memory_cap_scores_zero_with_the_reason(graded):
+    row = graded["rows"]["00_warmup"]["over_memory_cap_00_warmup.ipynb"]
+    assert "ex 0.4: over memory cap: the answer ran out of its memory cap (256 MiB" in row["notes"], row["notes"]
+    assert "allocate" in row["notes"]  # torch's failed allocation, named
+    assert "kernel died" not in row["notes"] and "time limit" not in row["notes"]  # the rest of the lab went on
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_every_solution_earns_full_marks_and_every_lab_none(graded):
+    """Each solution graded as a submission scores full marks (held-out cases included); each untouched lab
+    scores 0 with every exercise 'not attempted'; challenges are listed as graded by hand."""
+    for path in sorted(graded["solutions"].glob("*.ipynb")):
+        rows = graded["rows"][path.stem]
         solved, untouched = rows[f"solution_{path.name}"], rows[f"untouched_{path.name}"]
         assert solved["total"] == solved["max"] != "0", (path.name, solved["notes"])
         assert untouched["total"] == "0", (path.name, untouched["notes"])
-        n_exercises = sum(1 for k in untouched if k.startswith("ex "))
-        assert untouched["notes"].count("not attempted") == n_exercises, untouched["notes"]
+        auto = [k for k in untouched if k.startswith("ex ") and "by hand" not in k]
+        assert untouched["notes"].count("not attempted") == len(auto), untouched["notes"]
+        assert all(untouched[k] == "by hand" for k in untouched if "by hand, max" in k)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_chapter_lab_with_a_challenge_is_graded_and_exported(graded):
+    rows = graded["rows"][FIXTURE]
+    solved = rows[f"solution_{FIXTURE}.ipynb"]
+    assert solved["ex 42.3 (by hand, max 3)"] == "by hand" and solved["by hand max"] == "3"
+    assert (solved["total"], solved["max"]) == ("4", "4")
+    assert "42.3: 3 graded by hand (rubric)" in graded["printed"]
+    results = json.loads((graded["course"] / "gradescope" / f"solution_{FIXTURE}" / "results.json").read_text())
+    assert results["score"] == 4 and math.isclose(sum(t["max_score"] for t in results["tests"]), 4)
+    challenge = next(t for t in results["tests"] if t["number"] == "42.3")
+    assert challenge["max_score"] == 0 and "graded by hand" in challenge["name"]
+    assert "accumulate in FP32" in challenge["output"]  # the learner's answer, for the hand grader
+    for test in results["tests"]:
+        assert set(test) <= {"name", "number", "score", "max_score", "visibility", "status", "output"}
+        assert test["visibility"] in {"visible", "after_published"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_submission_whose_course_metadata_is_not_a_mapping_is_reported(graded):
+    row = graded["rows"]["00_warmup"]["metadata_list_00_warmup.ipynb"]
+    assert row["total"] == "6", row["notes"]
+    assert "metadata `course` is a list, not a mapping" in row["notes"]
 
 
 def test_prepare_replaces_checks_with_the_graders_own():
-    nb, owned, points = prepare(submission(RIGHT, edit_checks="print('PASSED')"), nbformat.read(LAB, as_version=4))
-    assert points == {"0.1": 1.0, "0.2": 1.0}
-    assert sorted(owned.values()) == ["0.1", "0.2"]
+    nb, owned, exercises = prepare(submission(RIGHT, edit_checks="print('PASSED')"), nbformat.read(LAB, as_version=4),
+                                   nonce="n0")
+    assert {e.id: e.points for e in exercises} == {"0.1": 1.0, "0.2": 1.0, "0.3": 2.0, "0.4": 2.0}
+    assert sorted(owned.values()) == ["0.1", "0.2", "0.3", "0.4"]
     sources = [c.source for c in nb.cells]
     assert "print('PASSED')" not in sources
     ids = [c.id for c in nb.cells]
-    for cell_id, ex in owned.items():  # each check sits right after its exercise
+    for cell_id, ex in owned.items():  # each check sits right after its exercise, and loads the hidden cases
         exercise_cell = nb.cells[ids.index(cell_id) - 1]
         assert exercise_cell.metadata["course"]["exercise"] == ex
+        assert "grading/hidden/ch00.py" in nb.cells[ids.index(cell_id)].source
+        assert "nonce='n0'" in nb.cells[ids.index(cell_id)].source
+
+
+def test_score_reads_only_this_runs_verdicts():
+    nb, owned, exercises = prepare(submission(RIGHT), nbformat.read(LAB, as_version=4), nonce="right")
+    fake = {"exercise": "0.1", "status": "passed", "points": 1, "max_points": 1, "message": "", "nonce": "wrong"}
+    for cell in nb.cells:
+        if owned.get(cell.get("id")) == "0.1":
+            cell.outputs = [nbformat.v4.new_output("display_data", data={"application/vnd.gpu-memory-course."
+                                                                         "check+json": fake})]
+    scores = {s.exercise: s for s in score(nb, owned, exercises, "right")}
+    assert scores["0.1"].points == 0 and scores["0.1"].status == "error"
+
+
+def test_gradescope_results_follow_the_spec():
+    from utils.grade import ExerciseScore, SubmissionScore
+    s = SubmissionScore("a.ipynb", "00_warmup", [
+        ExerciseScore("0.1", 0.5, 1, "partial", "public cases: passed | held-out cases: failed: expected 1, got 2",
+                      False, "passed", "failed", 0.5),
+        ExerciseScore("0.2", 0, 2, "over memory cap", "the answer ran out of its memory cap", False, "error", "", 1),
+        ExerciseScore("0.5", 0, 3, "graded by hand (rubric)", "open challenge", True)], ["a note"])
+    results = gradescope_results(s, 12.34)
+    assert results["score"] == 0.5 and results["execution_time"] == 12.3 and "a note" in results["output"]
+    assert [(t["number"], t["score"], t["max_score"]) for t in results["tests"]] == [
+        ("0.1", 0.5, 0.5), ("0.1.h", 0, 0.5), ("0.2", 0, 1), ("0.2.h", 0, 1), ("0.5", 0, 0)]
+    assert "held-out cases: failed: expected 1, got 2" in results["tests"][1]["output"]
+    assert "memory cap" in results["tests"][3]["output"]
 
 
 def test_find_lab_and_collect_errors(tmp_path):
@@ -137,10 +278,42 @@ def test_find_lab_and_collect_errors(tmp_path):
     assert find_lab(nb, tmp_path / "alice_00_warmup.ipynb") == LAB
     with pytest.raises(ValueError, match="cannot tell which lab"):
         find_lab(nb, tmp_path / "alice.ipynb")
+    nb.metadata["course"] = "00_warmup"
+    with pytest.raises(ValueError, match="course` is a str, not a mapping"):
+        find_lab(nb, tmp_path / "alice.ipynb")
     with pytest.raises(ValueError, match="not a notebook"):
         collect([tmp_path / "missing.txt"])
-    with pytest.raises(SystemExit):
-        main([])
+    with pytest.raises(TypeError, match="path"):
+        collect([3])
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    ([], "name at least one"),
+    (["x.ipynb", "--time-limit", "nan"], "--time-limit"),
+    (["x.ipynb", "--time-limit", "inf"], "--time-limit"),
+    (["x.ipynb", "--time-limit", "-3"], "--time-limit"),
+    (["x.ipynb", "--time-limit", "soon"], "--time-limit"),
+    (["x.ipynb", "--jobs", "0"], "--jobs"),
+    (["x.ipynb", "--jobs", "1.5"], "--jobs"),
+    (["no-such-file.ipynb"], "no-such-file.ipynb"),
+    ([str(LAB), "--labs", "no-such-folder"], "no-such-folder"),
+    ([str(LAB), "--hidden", "no-such-folder"], "no-such-folder"),
+    ([str(LAB), "--csv-dir", str(LAB)], "--csv-dir"),
+    ([str(ROOT / "labs"), "--results-json", "r.json"], "--results-json"),
+])
+def test_bad_command_lines_exit_with_one_line_naming_the_argument(args, named, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and "\n" not in err and "Traceback" not in err, err
+
+
+def test_exercise_metadata_of_lab_00():
+    exercises = lab_exercises(nbformat.read(SOLUTION, as_version=4), "00_warmup")
+    assert [(e.id, e.kind, e.points) for e in exercises] == [
+        ("0.1", "warm-up", 1), ("0.2", "warm-up", 1), ("0.3", "debug", 2), ("0.4", "predict", 2)]
+    assert exercises[3].memory_limit_mb == 256
 
 
 if __name__ == "__main__":

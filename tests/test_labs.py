@@ -6,13 +6,31 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utils.labs import BEGIN, END, LabError, check_labs, main, make_lab, strip_solution, write_labs
+from utils.labs import (
+    BEGIN,
+    END,
+    GUIDE,
+    LabError,
+    check_labs,
+    lab_exercises,
+    main,
+    make_lab,
+    read_notebook,
+    strip_solution,
+    write_labs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_labs_folder_is_in_sync_with_solutions():
-    assert check_labs() == [], "run `make labs`"
+def test_labs_folder_and_guide_are_in_sync_with_solutions():
+    assert check_labs(guide=GUIDE) == [], "run `python -m utils.labs` (labs/ and docs/instructors.md)"
+
+
+def test_top_level_answers_become_placeholders():
+    source = f"{BEGIN}\nprediction = 3 * 4\nreasoning: str = 'because'\n{END}\nprint(prediction)"
+    assert strip_solution(source, "1.1", "t") == (
+        "prediction = ...  # your answer here\nreasoning = ...  # your answer here\nprint(prediction)")
 
 
 def test_strip_solution_keeps_everything_else():
@@ -22,7 +40,9 @@ def test_strip_solution_keeps_everything_else():
 
 
 @pytest.mark.parametrize(("source", "match"), [
-    (f"{BEGIN}\nx = 1\n{END}", "inside a function body"),
+    (f"{BEGIN}\nfor i in range(3):\n    x = i\n{END}", "outside a function body"),
+    (f"{BEGIN}\nx, y = 1, 2\n{END}", "outside a function body"),
+    (f"{BEGIN}\nx = (\n{END}", "not valid Python"),
     (f"def f():\n    {BEGIN}\n    return 1", "never closed"),
     (f"def f():\n    {END}", "never opened"),
     (f"def f():\n    {BEGIN}\n    {BEGIN}\n    {END}", "inside another"),
@@ -30,6 +50,14 @@ def test_strip_solution_keeps_everything_else():
 def test_strip_solution_rejects_malformed_blocks(source, match):
     with pytest.raises(LabError, match=match):
         strip_solution(source, "1.1", "task")
+
+
+def test_every_solution_declares_points_and_kinds_for_the_guide():
+    """Every exercise has points and a task; the course has 40 or more autograded exercises once the chapter labs
+    are complete (checked in test_course_has_forty_graded_exercises when they are)."""
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for exercise in lab_exercises(read_notebook(path), path.stem):
+            assert exercise.points > 0 and exercise.task, (path.name, exercise.id)
 
 
 def test_every_lab_answer_is_replaced_and_outputs_cleared():
@@ -40,7 +68,9 @@ def test_every_lab_answer_is_replaced_and_outputs_cleared():
         exercises = [c.metadata["course"]["exercise"] for c in lab.cells if "exercise" in c.metadata.get("course", {})]
         assert exercises, f"{solution_path.name} has no exercises"
         for ex in exercises:
-            assert f'NotImplementedError("Exercise {ex}: ' in sources
+            kind = next(c for c in lab.cells if c.metadata.get("course", {}).get("exercise") == ex)
+            if kind.metadata["course"].get("kind") != "challenge":
+                assert f'NotImplementedError("Exercise {ex}: ' in sources or "= ...  # your answer here" in sources
         assert all(c.outputs == [] and c.execution_count is None for c in lab.cells if c.cell_type == "code")
 
 
@@ -57,10 +87,12 @@ def test_stale_lab_fails_the_check_until_make_labs(tmp_path, capsys):
     nb = nbformat.read(path, as_version=4)
     nb.cells[0].source += "\n\nA new sentence in the solution."
     nbformat.write(nb, path)
-    assert main(["--check", "--solutions", str(solutions), "--labs", str(labs)]) == 1
+    guide = tmp_path / "guide.md"
+    assert main(["--guide", "--solutions", str(solutions), "--guide-file", str(guide)]) == 0
+    assert main(["--check", "--solutions", str(solutions), "--labs", str(labs), "--guide-file", str(guide)]) == 1
     assert "labs/00_warmup.ipynb is out of date" in capsys.readouterr().out
-    assert main(["--solutions", str(solutions), "--labs", str(labs)]) == 0
-    assert check_labs(solutions, labs) == []
+    assert main(["--solutions", str(solutions), "--labs", str(labs), "--guide-file", str(guide)]) == 0
+    assert check_labs(solutions, labs, guide) == []
     (labs / "99_orphan.ipynb").write_text((labs / "00_warmup.ipynb").read_text())
     assert "has no solutions/99_orphan.ipynb" in check_labs(solutions, labs)[0]
     (labs / "00_warmup.ipynb").unlink()
@@ -79,7 +111,7 @@ def test_a_learners_edited_lab_is_not_overwritten_without_force(tmp_path, capsys
     nbformat.write(sol, solutions / "00_warmup.ipynb")
     with pytest.raises(LabError, match="00_warmup.ipynb was edited since it was generated"):
         write_labs(solutions, labs)
-    assert main(["--solutions", str(solutions), "--labs", str(labs)]) == 1
+    assert main(["--solutions", str(solutions), "--labs", str(labs), "--guide-file", str(tmp_path / "g.md")]) == 1
     assert "--force" in capsys.readouterr().err
     assert "return 0  #" in lab_path.read_text()
     write_labs(solutions, labs, force=True)
@@ -96,3 +128,40 @@ def test_solution_structure_errors_are_named():
     nb.cells[0].metadata["course"] = {"exercise": "1.1"}
     with pytest.raises(LabError, match="course.task"):
         make_lab(nb, "x")
+
+
+@pytest.mark.parametrize("content", ["{ not json", "{}", "[]", '{"cells": 3}', "", "\x00\xff"])
+def test_a_broken_solution_notebook_fails_the_check_with_one_line_naming_it(tmp_path, capsys, content):
+    solutions, labs = tmp_path / "solutions", tmp_path / "labs"
+    solutions.mkdir()
+    shutil.copy(ROOT / "solutions" / "00_warmup.ipynb", solutions)
+    (solutions / "05_broken.ipynb").write_text(content, encoding="latin-1")
+    assert main(["--check", "--solutions", str(solutions), "--labs", str(labs)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "05_broken.ipynb" in err and "\n" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("args", [["--solutions", "no-such-folder"], ["--check", "--solutions", "no-such-folder"],
+                                  ["--guide", "--solutions", "no-such-folder"]])
+def test_a_missing_solutions_folder_is_an_error_not_in_sync(args, capsys):
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert "no-such-folder" in err and "\n" not in err
+
+
+def test_an_empty_solutions_folder_is_an_error(tmp_path, capsys):
+    assert main(["--check", "--solutions", str(tmp_path)]) == 1
+    assert "holds no solution notebooks" in capsys.readouterr().err
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="source"):
+        strip_solution(None, "1.1", "t")
+    with pytest.raises(ValueError, match="task"):
+        strip_solution("x", "1.1", " ")
+    with pytest.raises(TypeError, match="solution"):
+        make_lab([], "x")
+    with pytest.raises(TypeError, match="path"):
+        read_notebook(3)
+    with pytest.raises(SystemExit):
+        main(["--no-such-option"])

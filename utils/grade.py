@@ -1,20 +1,32 @@
 """Grade submitted lab notebooks: `python -m utils.grade PATH...` (make grade SUBMISSIONS=folder).
 
-Each submission runs in its own process and a fresh kernel, under a time limit. The grader does not
-trust the submission's check cells: it removes them, inserts its own copies from the course's lab
-(each re-importing the check functions fresh), and reads verdicts only from the outputs of the cells it
-inserted, under the checks' own MIME type. So printing "PASSED", editing or deleting a check cell, or
-replacing a check function earns nothing. A submission that raises, loops, exits, kills its kernel or
-prints megabytes gets 0 for what did not pass, with the reason, and the run goes on.
+Each submission runs in its own process and a fresh kernel, under a time limit. The grader does not trust the
+submission's check cells: it removes them and inserts its own after each exercise. Each inserted cell re-imports
+the lab's check functions fresh from disk, loads the grader's runner (grading/runner.py) by its file path, runs
+the lab's check call with the learner's arguments (the PUBLIC cases), then the held-out cases
+`HIDDEN[exercise]` of grading/hidden/chNN.py (loaded by file path too: never importable from a lab) with the
+same arguments, under the exercise's memory cap where it has one (`memory_limit_mb`). The grader reads only the
+verdicts its own cells display under the checks' MIME type, tagged with a nonce of this run. So printing
+"PASSED", editing or deleting a check cell, or replacing a check function earns nothing. A submission that
+raises, loops, exits, kills its kernel or prints megabytes gets 0 for what did not pass, with the reason, and
+the run goes on.
 
-Grading executes the submitted code: run it in a container or sandbox, never with your credentials.
+Points come from the lab's metadata: with held-out cases, the public cases earn half of an exercise's points and
+the held-out cases the other half; an answer over its memory cap scores 0. Open challenges are listed with their
+points as graded by hand (rubric). Output: a table per lab, one CSV per lab, and Gradescope's results.json per
+submission (`--results-json FILE` for the one submission of a Gradescope run).
+
+Grading executes the submitted code: run it in a container or sandbox, never with your credentials
+(docs/instructors.md shows a `docker run --network none` line).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import json
+import math
 import os
 import re
 import subprocess
@@ -22,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,12 +45,25 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
 from utils.checks.core import CHECK_MIME, STRICT_ENV
-from utils.labs import LABS_DIR
+from utils.labs import (
+    HIDDEN_DIR,
+    LABS_DIR,
+    REPO_ROOT,
+    Exercise,
+    LabError,
+    hidden_path,
+    lab_exercises,
+    parse_check_call,
+    read_notebook,
+)
 from utils.labs import course_metadata as _course
 from utils.tables import format_table
+from utils.validate import check_instance, check_number
 
 DEFAULT_TIME_LIMIT_S = 300
 MAX_OUTPUT_BYTES = 1_000_000  # per submission, the grader's own check cells excluded
+RUNNER = REPO_ROOT / "grading" / "runner.py"
+BY_HAND = "graded by hand (rubric)"
 
 
 @dataclass
@@ -47,6 +73,10 @@ class ExerciseScore:
     max_points: float
     status: str
     reason: str
+    by_hand: bool = False
+    public: str = ""  # status of the public cases ("" where they did not run)
+    hidden: str = ""  # status of the held-out cases ("" where the exercise has none or they did not run)
+    hidden_max: float = 0.0  # the points the held-out cases carry (0 where the exercise has none)
 
 
 @dataclass
@@ -55,68 +85,116 @@ class SubmissionScore:
     lab: str
     exercises: list[ExerciseScore] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    answers: dict[str, str] = field(default_factory=dict)  # the learner's challenge answers, for hand grading
 
     @property
     def total(self) -> float:
-        return sum(e.points for e in self.exercises)
+        return sum(e.points for e in self.exercises if not e.by_hand)
 
     @property
     def max_total(self) -> float:
-        return sum(e.max_points for e in self.exercises)
+        return sum(e.max_points for e in self.exercises if not e.by_hand)
 
+    @property
+    def by_hand_max(self) -> float:
+        return sum(e.max_points for e in self.exercises if e.by_hand)
+
+
+def metadata_problem(submission: NotebookNode) -> str | None:
+    """A line on a submission's notebook metadata `course` that is present but not a mapping, else None."""
+    metadata = submission.get("metadata", {})
+    course = metadata.get("course") if isinstance(metadata, Mapping) else None
+    if course is None or isinstance(course, Mapping):
+        return None
+    return (f"its notebook metadata `course` is a {type(course).__name__}, not a mapping (the lab writes "
+            '{"lab": ...} there); the lab was taken from the file name')
 
 
 def find_lab(submission: NotebookNode, path: Path, labs_dir: Path = LABS_DIR) -> Path:
     """The course lab a submission answers: from its metadata, else from its file name."""
-    name = submission.metadata.get("course", {}).get("lab")
-    if isinstance(name, str) and (labs_dir / f"{name}.ipynb").exists():
+    path, labs_dir = Path(check_instance("path", path, (str, Path))), Path(check_instance("labs_dir", labs_dir,
+                                                                                          (str, Path)))
+    name = _course(submission).get("lab")
+    if isinstance(name, str) and re.fullmatch(r"[\w.-]+", name) and (labs_dir / f"{name}.ipynb").exists():
         return labs_dir / f"{name}.ipynb"
     for lab in sorted(labs_dir.glob("*.ipynb"), key=lambda p: -len(p.stem)):
         if lab.stem in path.stem:
             return lab
-    raise ValueError(f"{path.name}: cannot tell which lab this is (no course.lab metadata, and no lab name "
-                     f"such as {', '.join(p.stem for p in sorted(labs_dir.glob('*.ipynb')))} in the file name)")
+    problem = metadata_problem(submission)
+    raise ValueError(f"{path.name}: cannot tell which lab this is ("
+                     + (problem.split(";")[0] if problem else "no course.lab metadata")
+                     + f", and no lab name such as {', '.join(p.stem for p in sorted(labs_dir.glob('*.ipynb')))} "
+                       "in the file name)")
 
 
 def _reimport_prelude(lab: NotebookNode) -> str:
     """Source that reloads the check modules the lab imports and re-binds their names, fresh from disk."""
-    imports = sorted({m.group(0) for c in lab.cells if c.cell_type == "code"
-                      for m in re.finditer(r"^from utils\.checks\.\w+ import [\w, ()]+$", c.source, flags=re.M)})
-    modules = sorted({line.split()[1] for line in imports})
+    imported: dict[str, set[str]] = {}
+    for cell in lab.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("utils.checks.") and node.level == 0:
+                imported.setdefault(node.module, set()).update(
+                    f"{a.name} as {a.asname}" if a.asname else a.name for a in node.names if a.name != "*")
     lines = ["import importlib as _grader_importlib", "import utils.checks.core as _grader_core",
              "_grader_importlib.reload(_grader_core)"]
-    for module in modules:
+    for module in sorted(imported):
         lines += [f"import {module} as _grader_m", "_grader_importlib.reload(_grader_m)"]
-    return "\n".join(lines + imports)
+    lines += [f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(imported.items()) if names]
+    return "\n".join(lines)
 
 
-def prepare(submission: NotebookNode, lab: NotebookNode) -> tuple[NotebookNode, dict[str, str], dict[str, float]]:
+def _grader_cell_source(prelude: str, exercise: Exercise, hidden: Path | None, nonce: str) -> str:
+    parse_check_call(exercise.check or "")  # the lab was validated; this keeps a hand-made lab honest
+    return "\n".join([
+        prelude,
+        "import importlib.util as _grader_iu",
+        f"_grader_spec = _grader_iu.spec_from_file_location('_course_grading_runner', {str(RUNNER)!r})",
+        "_grader_runner = _grader_iu.module_from_spec(_grader_spec)",
+        "_grader_spec.loader.exec_module(_grader_runner)",
+        f"_grader_runner.grade_exercise(globals(), exercise={exercise.id!r}, points={exercise.points!r}, "
+        f"call={exercise.check!r}, hidden_path={str(hidden) if hidden and hidden.exists() else None!r}, "
+        f"memory_limit_mb={exercise.memory_limit_mb!r}, nonce={nonce!r}, mime={CHECK_MIME!r})",
+    ])
+
+
+def prepare(submission: NotebookNode, lab: NotebookNode, *, nonce: str = "", hidden_dir: Path = HIDDEN_DIR
+            ) -> tuple[NotebookNode, dict[str, str], list[Exercise]]:
     """The submission with the grader's own check cells in place of the learner's.
 
-    Returns the notebook, {grader cell id: exercise}, and {exercise: points}.
+    Returns the notebook, {grader cell id: exercise}, and the lab's exercises (challenges included).
     """
+    name = _course(lab).get("lab") or "lab"
+    exercises = lab_exercises(lab, str(name))
     nb = nbformat.from_dict(json.loads(json.dumps(submission)))
     reference = {c.get("id"): c for c in lab.cells}
     # Drop whatever looks like a check: by tag, by metadata, or by a reference check cell's id.
-    nb.cells = [c for c in nb.cells if "check" not in c.get("metadata", {}).get("tags", [])
+    nb.cells = [c for c in nb.cells if not (isinstance(c.get("metadata"), Mapping)
+                                            and "check" in (c.metadata.get("tags") or []))
                 and "check" not in _course(c)
                 and not (c.get("id") in reference and "check" in _course(reference[c.get("id")]))]
-    points = {_course(c)["exercise"]: float(_course(c).get("points", 1)) for c in lab.cells if "exercise" in _course(c)}
     prelude = _reimport_prelude(lab)
+    hidden = hidden_path(str(name), hidden_dir)
+    by_id = {e.id: e for e in exercises}
     owned: dict[str, str] = {}
     lab_ids = [c.get("id") for c in lab.cells]
     for position, cell in enumerate(lab.cells):
         exercise = _course(cell).get("check")
-        if exercise is None:
+        if exercise not in by_id:
             continue
-        check = nbformat.v4.new_code_cell(prelude + "\n" + cell.source)
+        check = nbformat.v4.new_code_cell(_grader_cell_source(prelude, by_id[exercise], hidden, nonce))
         check.id = f"grader-{uuid.uuid4().hex[:12]}"
         owned[check.id] = exercise
         # After the nearest earlier lab cell still present in the submission (normally the exercise itself).
         ids = [c.get("id") for c in nb.cells]
         anchor = next((ids.index(i) for i in reversed(lab_ids[:position]) if i in ids), len(nb.cells) - 1)
         nb.cells.insert(anchor + 1, check)
-    return nb, owned, points
+    return nb, owned, exercises
 
 
 class _GradingClient(NotebookClient):
@@ -168,87 +246,135 @@ def execute(nb: NotebookNode, owned: dict[str, str], time_limit_s: float, workdi
     return notes
 
 
-def score(nb: NotebookNode, owned: dict[str, str], points: dict[str, float]) -> list[ExerciseScore]:
-    """One score per exercise, read only from the grader's own check cells."""
+def _hand(exercise: Exercise) -> ExerciseScore:
+    return ExerciseScore(exercise.id, 0.0, exercise.points, BY_HAND,
+                         f"open challenge, {exercise.points:g} points: " + "; ".join(
+                             f"{c} ({p:g})" for c, p in exercise.rubric), by_hand=True)
+
+
+def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], nonce: str = ""
+          ) -> list[ExerciseScore]:
+    """One score per exercise, read only from the grader's own check cells (challenges: graded by hand)."""
     found: dict[str, ExerciseScore] = {}
+    points = {e.id: e.points for e in exercises}
     for cell in nb.cells:
         exercise = owned.get(cell.get("id"))
         if exercise is None:
             continue
         outputs = cell.get("outputs", [])
         verdicts = [o["data"][CHECK_MIME] for o in outputs if CHECK_MIME in o.get("data", {})]
-        verdict = next((v for v in verdicts if v.get("exercise") == exercise), None)
-        max_points = points.get(exercise, 1.0)
-        if verdict is not None:
-            earned = max_points if verdict["status"] == "passed" else 0.0
-            found[exercise] = ExerciseScore(exercise, earned, max_points, verdict["status"], verdict["message"])
+        ours = [v for v in verdicts if isinstance(v, Mapping) and v.get("exercise") == exercise
+                and v.get("nonce") == nonce]
+        max_points = points[exercise]
+        if ours:
+            v = ours[-1]
+            earned = float(v.get("points", 0.0))
+            earned = earned if math.isfinite(earned) and 0 <= earned <= max_points else 0.0
+            parts = [v.get(k) if isinstance(v.get(k), Mapping) else {} for k in ("public", "hidden")]
+            hidden_max = v.get("hidden_max", 0.0)
+            hidden_max = float(hidden_max) if isinstance(hidden_max, int | float) and 0 <= hidden_max <= max_points \
+                else 0.0
+            found[exercise] = ExerciseScore(exercise, earned, max_points, str(v.get("status", "error")),
+                                            str(v.get("message", ""))[:1000], False,
+                                            str(parts[0].get("status", "")), str(parts[1].get("status", "")),
+                                            hidden_max)
             continue
         errors = [o for o in outputs if o.get("output_type") == "error"]
         reason = (f"the check cell raised {errors[0]['ename']}: {errors[0]['evalue']}"[:300] if errors
                   else "the check did not run (an earlier cell stopped the notebook)")
         found[exercise] = ExerciseScore(exercise, 0.0, max_points, "error", reason)
-    return [found.get(ex, ExerciseScore(ex, 0.0, p, "error", "no check ran")) for ex, p in points.items()]
+    return [_hand(e) if e.by_hand else found.get(e.id, ExerciseScore(e.id, 0.0, e.points, "error", "no check ran"))
+            for e in exercises]
 
 
-def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float = DEFAULT_TIME_LIMIT_S
-                   ) -> SubmissionScore:
+def _challenge_answers(submission: NotebookNode, lab: NotebookNode, exercises: list[Exercise]) -> dict[str, str]:
+    """The learner's answer cell of each challenge (by the lab's answer cell id), for the hand grader."""
+    by_id = {c.get("id"): c for c in submission.get("cells", []) if isinstance(c, Mapping)}
+    answers = {}
+    for cell in lab.cells:
+        ex = _course(cell).get("answer")
+        if ex in {e.id for e in exercises if e.by_hand}:
+            found = by_id.get(cell.get("id"))
+            text = found.get("source", "") if found is not None else ""
+            answers[ex] = (text if isinstance(text, str) else "".join(text))[:20_000]
+    return answers
+
+
+def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+                   hidden_dir: Path = HIDDEN_DIR) -> SubmissionScore:
     """Grade one submission in this process (the command line runs each in a child process)."""
+    path = Path(check_instance("path", path, (str, Path)))
+    time_limit_s = check_number("time_limit_s", time_limit_s, positive=True)
     try:
-        submission = nbformat.read(path, as_version=4)
-    except Exception as exc:
-        return SubmissionScore(path.name, "?", notes=[f"not a readable notebook: {type(exc).__name__}: {exc}"])
+        submission = read_notebook(path)
+    except LabError as exc:
+        return SubmissionScore(path.name, "?", notes=[f"not a readable notebook: {exc}"])
+    notes = [f"{path.name}: {p}" for p in [metadata_problem(submission)] if p]
     try:
         lab_path = find_lab(submission, path, labs_dir)
     except ValueError as exc:
         return SubmissionScore(path.name, "?", notes=[str(exc)])
-    lab = nbformat.read(lab_path, as_version=4)
-    nb, owned, points = prepare(submission, lab)
+    lab = read_notebook(lab_path)
+    nonce = uuid.uuid4().hex
+    nb, owned, exercises = prepare(submission, lab, nonce=nonce, hidden_dir=hidden_dir)
     with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
-        notes = execute(nb, owned, time_limit_s, Path(workdir))
-    return SubmissionScore(path.name, lab_path.stem, score(nb, owned, points), notes)
+        notes += execute(nb, owned, time_limit_s, Path(workdir))
+    return SubmissionScore(path.name, lab_path.stem, score(nb, owned, exercises, nonce), notes,
+                           _challenge_answers(submission, lab, exercises))
 
 
-def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float) -> SubmissionScore:
+def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir: Path) -> SubmissionScore:
     """Grade in a child process, killed if it outlives the time limit by a minute (kernel start, cleanup)."""
     with tempfile.TemporaryDirectory(prefix="grade-result-") as tmp:
         out = Path(tmp) / "score.json"
         cmd = [sys.executable, "-m", "utils.grade", "--one", str(path), "--result", str(out),
-               "--labs", str(labs_dir), "--time-limit", str(time_limit_s)]
+               "--labs", str(labs_dir), "--hidden", str(hidden_dir), "--time-limit", repr(time_limit_s)]
         env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
         try:
-            subprocess.run(cmd, env=env, timeout=time_limit_s + 60, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=False)
+            done = subprocess.run(cmd, env=env, timeout=time_limit_s + 60, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, check=False, cwd=REPO_ROOT)
         except subprocess.TimeoutExpired:
             return _zeroed(path, labs_dir, f"killed after {time_limit_s + 60:g} s: over the time limit")
         if not out.exists():
-            return _zeroed(path, labs_dir, "the grading process died before writing a score")
+            last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1][:300]
+            return _zeroed(path, labs_dir, f"the grading process died before writing a score ({last})")
         data = json.loads(out.read_text())
         return SubmissionScore(data["submission"], data["lab"], [ExerciseScore(**e) for e in data["exercises"]],
-                               data["notes"])
+                               data["notes"], data.get("answers", {}))
 
 
 def _zeroed(path: Path, labs_dir: Path, reason: str) -> SubmissionScore:
     try:
-        lab = nbformat.read(find_lab(nbformat.read(path, as_version=4), path, labs_dir), as_version=4)
-        name = lab.metadata.get("course", {}).get("lab", "?")
+        lab = read_notebook(find_lab(read_notebook(path), path, labs_dir))
+        name = _course(lab).get("lab", "?")
+        exercises = lab_exercises(lab, name)
     except Exception:
         return SubmissionScore(path.name, "?", notes=[reason])
-    exercises = [ExerciseScore(_course(c)["exercise"], 0.0, float(_course(c).get("points", 1)), "error", reason)
-                 for c in lab.cells if "exercise" in _course(c)]
-    return SubmissionScore(path.name, name, exercises, [reason])
+    return SubmissionScore(path.name, name, [_hand(e) if e.by_hand else ExerciseScore(e.id, 0.0, e.points, "error",
+                                                                                      reason) for e in exercises],
+                           [reason])
 
 
 def collect(paths: list[Path]) -> list[Path]:
     """The notebooks named, and those inside the folders named (checkpoints skipped)."""
     found = []
     for p in paths:
+        p = Path(check_instance("path", p, (str, Path)))
         if p.is_dir():
             found += [q for q in sorted(p.rglob("*.ipynb")) if ".ipynb_checkpoints" not in q.parts]
-        elif p.suffix == ".ipynb" and p.exists():
+        elif p.suffix == ".ipynb" and p.is_file():
             found.append(p)
         else:
             raise ValueError(f"{p}: not a notebook or a folder")
     return found
+
+
+def _sort_key(exercise: str) -> list[int]:
+    return [int(p) if p.isdigit() else 0 for p in exercise.split(".")]
+
+
+def _lost(s: SubmissionScore) -> list[str]:
+    return [f"ex {e.exercise}: {e.status}: {e.reason}" for e in s.exercises if e.status != "passed" and not e.by_hand]
 
 
 def report(scores: list[SubmissionScore], csv_dir: Path) -> str:
@@ -257,44 +383,132 @@ def report(scores: list[SubmissionScore], csv_dir: Path) -> str:
     text = []
     for lab in sorted({s.lab for s in scores}):
         group = [s for s in scores if s.lab == lab]
-        exercises = sorted({e.exercise for s in group for e in s.exercises}, key=lambda x: [int(p) for p in
-                                                                                               x.split(".")])
-        headers = ["submission"] + [f"ex {e}" for e in exercises] + ["total", "max"]
+        auto = sorted({e.exercise for s in group for e in s.exercises if not e.by_hand}, key=_sort_key)
+        hand = sorted({e.exercise for s in group for e in s.exercises if e.by_hand}, key=_sort_key)
+        hand_max = {e.exercise: e.max_points for s in group for e in s.exercises if e.by_hand}
+        headers = (["submission"] + [f"ex {e}" for e in auto] + ["total", "max"]
+                   + [f"ex {e} (by hand, max {hand_max[e]:g})" for e in hand] + (["by hand max"] if hand else []))
         rows = []
         for s in group:
             by_ex = {e.exercise: e for e in s.exercises}
-            rows.append([s.submission] + [f"{by_ex[e].points:g}" if e in by_ex else "-" for e in exercises]
-                        + [f"{s.total:g}", f"{s.max_total:g}"])
+            rows.append([s.submission] + [f"{by_ex[e].points:g}" if e in by_ex else "-" for e in auto]
+                        + [f"{s.total:g}", f"{s.max_total:g}"] + ["by hand" for _ in hand]
+                        + ([f"{s.by_hand_max:g}"] if hand else []))
         text.append(f"Lab {lab}\n" + format_table(rows, headers))
-        reasons = [f"- {s.submission}, ex {e.exercise}: {e.status}: {e.reason}" for s in group for e in s.exercises
-                   if e.status != "passed"] + [f"- {s.submission}: {n}" for s in group for n in s.notes]
+        maxima = {e.exercise: e.max_points for s in group for e in s.exercises if not e.by_hand}
+        text.append("Points per exercise: " + ", ".join(f"{e}: {maxima[e]:g}" for e in auto)
+                    + "".join(f"; {e}: {hand_max[e]:g} {BY_HAND}" for e in hand))
+        reasons = [f"- {s.submission}, {line}" for s in group for line in _lost(s)] + [
+            f"- {s.submission}: {n}" for s in group for n in s.notes]
         if reasons:
             text.append("Why points were lost:\n" + "\n".join(reasons))
         with open(csv_dir / f"{lab if lab != '?' else 'unknown'}.csv", "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             writer.writerow(headers + ["notes"])
             for s, row in zip(group, rows, strict=True):
-                lost = [f"ex {e.exercise}: {e.status}: {e.reason}" for e in s.exercises if e.status != "passed"]
-                writer.writerow(row + ["; ".join(lost + s.notes)])
+                writer.writerow(row + ["; ".join(_lost(s) + s.notes)])
     return "\n\n".join(text)
 
 
+def gradescope_results(s: SubmissionScore, execution_time_s: float | None = None) -> dict:
+    """Gradescope's autograder results (gradescope-autograders.readthedocs.io/en/latest/specs/): one test per
+    exercise's public cases (visible) and one per its held-out cases (shown once grades are published), each
+    with score and max_score; a challenge appears with max_score 0, to be graded by hand in Gradescope."""
+    tests = []
+    for e in s.exercises:
+        if e.by_hand:
+            answer = s.answers.get(e.exercise, "")
+            tests.append({"name": f"Exercise {e.exercise}: open challenge, {BY_HAND}", "number": e.exercise,
+                          "score": 0.0, "max_score": 0.0, "visibility": "visible",
+                          "output": f"Worth {e.max_points:g} points, graded by hand. Rubric: {e.reason}\n\n"
+                                    f"The learner's answer:\n{answer}"})
+            continue
+        split = e.hidden_max > 0
+        public_max = e.max_points - e.hidden_max
+        if e.status == "over memory cap":
+            public_score = hidden_score = 0.0
+        else:
+            public_score = public_max if (e.public == "passed" or (not split and e.status == "passed")) else 0.0
+            hidden_score = (e.max_points - public_max) if e.hidden == "passed" else 0.0
+        public_out, _, hidden_out = e.reason.partition(" | held-out cases: ")
+        tests.append({"name": f"Exercise {e.exercise}" + (": public cases" if split else ""), "number": e.exercise,
+                      "score": public_score, "max_score": public_max, "visibility": "visible",
+                      "status": "passed" if public_score == public_max else "failed",
+                      "output": public_out if e.status != "over memory cap" else e.reason})
+        if split:
+            tests.append({"name": f"Exercise {e.exercise}: held-out cases", "number": f"{e.exercise}.h",
+                          "score": hidden_score, "max_score": e.max_points - public_max,
+                          "visibility": "after_published",
+                          "status": "passed" if hidden_score == e.max_points - public_max else "failed",
+                          "output": ("held-out cases: " + hidden_out) if hidden_out else e.reason})
+    result = {"score": sum(t["score"] for t in tests), "tests": tests, "visibility": "visible",
+              "stdout_visibility": "hidden",
+              "output": "\n".join([f"Lab {s.lab}: {s.total:g} of {s.max_total:g} autograded points"
+                                   + (f"; {s.by_hand_max:g} more points are graded by hand" if s.by_hand_max else "")]
+                                  + s.notes)}
+    if execution_time_s is not None:
+        result["execution_time"] = round(execution_time_s, 1)
+    return result
+
+
+def write_gradescope(scores: list[SubmissionScore], folder: Path) -> None:
+    """One results.json per submission: folder/<submission name>/results.json."""
+    for s in scores:
+        target = folder / Path(s.submission).stem
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "results.json").write_text(json.dumps(gradescope_results(s), indent=1), encoding="utf-8")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line naming the argument, never the usage block
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    try:
+        return check_number("--time-limit", value, positive=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--time-limit ")) from None
+
+
+def _jobs(text: str) -> int:
+    if not re.fullmatch(r"\s*\d+\s*", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Grade submitted lab notebooks (runs their code: use a sandbox).")
+    parser = _Parser(prog="python -m utils.grade",
+                     description="Grade submitted lab notebooks (runs their code: use a sandbox).")
     parser.add_argument("paths", nargs="*", type=Path, help="notebooks or folders of notebooks")
-    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help="seconds per notebook")
+    parser.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT_S, help="seconds per notebook")
     parser.add_argument("--labs", type=Path, default=LABS_DIR, help="the course's labs folder")
-    parser.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (each in its own process)")
-    parser.add_argument("--csv-dir", type=Path, default=Path("grades"), help="where the CSV files go")
+    parser.add_argument("--hidden", type=Path, default=HIDDEN_DIR,
+                        help="the folder of held-out cases, chNN.py (default grading/hidden)")
+    parser.add_argument("--jobs", type=_jobs, default=1, help="notebooks graded at once (each in its own process)")
+    parser.add_argument("--csv-dir", type=Path, default=Path("grades"),
+                        help="where the CSV files and gradescope/<submission>/results.json go")
+    parser.add_argument("--results-json", type=Path,
+                        help="also write the (single) submission's Gradescope results here, e.g. "
+                             "/autograder/results/results.json")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.time_limit <= 0:
-        parser.error("--time-limit must be positive")
-    if args.jobs < 1:
-        parser.error("--jobs must be at least 1")
+    if not args.labs.is_dir() or not any(args.labs.glob("*.ipynb")):
+        parser.error(f"--labs {args.labs}: not a folder of lab notebooks")
+    if not args.hidden.is_dir():
+        parser.error(f"--hidden {args.hidden}: no such folder")
     if args.one:  # the child process: grade one notebook, write its score as JSON
-        result = grade_notebook(args.one, labs_dir=args.labs, time_limit_s=args.time_limit)
+        try:
+            result = grade_notebook(args.one, labs_dir=args.labs, time_limit_s=args.time_limit,
+                                    hidden_dir=args.hidden)
+        except Exception as exc:  # a grader bug or a broken lab: a score with the reason, not a silent death
+            result = _zeroed(args.one, args.labs, f"the grader failed: {type(exc).__name__}: {exc}"[:300])
         args.result.write_text(json.dumps(asdict(result)))
         return 0
     if not args.paths:
@@ -305,11 +519,26 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if not paths:
         parser.error("no notebooks found in " + ", ".join(map(str, args.paths)))
+    if args.results_json is not None and len(paths) != 1:
+        parser.error(f"--results-json takes one submission, got {len(paths)}")
+    if args.csv_dir.exists() and not args.csv_dir.is_dir():
+        parser.error(f"--csv-dir {args.csv_dir}: exists and is not a folder")
     print(f"grading {len(paths)} notebook(s), {args.jobs} at a time, {args.time_limit:g} s each at most", flush=True)
+    started = time.monotonic()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        scores = list(pool.map(lambda p: _grade_in_child(p, args.labs, args.time_limit), paths))
-    print("\n" + report(scores, args.csv_dir))
-    print(f"\nCSV written to {args.csv_dir}/")
+        scores = list(pool.map(lambda p: _grade_in_child(p.resolve(), args.labs.resolve(), args.time_limit,
+                                                         args.hidden.resolve()), paths))
+    try:
+        print("\n" + report(scores, args.csv_dir))
+        write_gradescope(scores, args.csv_dir / "gradescope")
+        if args.results_json is not None:
+            args.results_json.parent.mkdir(parents=True, exist_ok=True)
+            args.results_json.write_text(json.dumps(gradescope_results(scores[0], time.monotonic() - started),
+                                                    indent=1), encoding="utf-8")
+    except OSError as exc:
+        print(f"python -m utils.grade: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"\nCSV written to {args.csv_dir}/, Gradescope results to {args.csv_dir / 'gradescope'}/")
     return 0
 
 

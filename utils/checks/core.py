@@ -2,6 +2,9 @@
 
 A check never lets a traceback out: a learner sees one clear line. The verdict is also published under
 its own MIME type, which is what the grader reads (from the check cells it inserted itself).
+
+A learner's check runs the PUBLIC cases only: the grader also runs held-out cases (grading/hidden/), so a
+passing verdict says "public checks passed", never that everything passed.
 """
 
 from __future__ import annotations
@@ -15,9 +18,17 @@ from typing import Any
 
 import torch
 
+from utils.validate import check_number
+
 CHECK_MIME = "application/vnd.gpu-memory-course.check+json"
 STRICT_ENV = "COURSE_CHECKS_STRICT"  # "1" in the test suite: a solution whose check does not pass fails
 STATUSES = ("passed", "failed", "not attempted", "error")
+PASSED_MESSAGE = ("The grader also runs held-out cases (other shapes, seeds, dtypes or budgets): make sure your "
+                  "code is general, not tuned to these cases.")
+
+
+class NotAnswered(NotImplementedError):
+    """A top-level answer (e.g. `prediction = ...`) still holds the lab's placeholder."""
 
 
 class CheckFailed(Exception):
@@ -37,8 +48,10 @@ class Verdict:
     max_points: float
 
     def __str__(self) -> str:
-        mark = {"passed": "PASSED", "failed": "NOT YET", "not attempted": "NOT ATTEMPTED", "error": "ERROR"}
-        return f"Exercise {self.exercise}: {mark[self.status]} ({self.points:g}/{self.max_points:g}) {self.message}"
+        mark = {"passed": "PUBLIC CHECKS PASSED", "failed": "NOT YET", "not attempted": "NOT ATTEMPTED",
+                "error": "ERROR"}
+        worth = f"{self.max_points:g} point{'' if self.max_points == 1 else 's'}"
+        return f"Exercise {self.exercise} ({worth}): {mark[self.status]}. {self.message}"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         colour = {"passed": "#1a7f37", "failed": "#b35900", "not attempted": "#57606a", "error": "#cf222e"}
@@ -64,12 +77,15 @@ def _run_check(exercise: str, body: Callable[[], Any], points: float) -> Verdict
         raise ValueError(f"exercise must be a non-empty id like '1.2', got {exercise!r}")
     if not callable(body):
         raise TypeError(f"body must be callable, got {type(body).__name__}")
+    points = check_number("points", points, positive=True)
     state = random.getstate()
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             random.seed(0)
             body()
+    except NotAnswered as exc:
+        return Verdict(exercise, "not attempted", str(exc), 0.0, points)
     except NotImplementedError:
         return Verdict(exercise, "not attempted", "the exercise still raises NotImplementedError: "
                        "replace the raise with your code, run that cell, then this one.", 0.0, points)
@@ -83,7 +99,18 @@ def _run_check(exercise: str, body: Callable[[], Any], points: float) -> Verdict
         return Verdict(exercise, "error", f"your code raised {type(exc).__name__}: {first}", 0.0, points)
     finally:
         random.setstate(state)
-    return Verdict(exercise, "passed", "well done.", points, points)
+    return Verdict(exercise, "passed", PASSED_MESSAGE, points, points)
+
+
+def answered(value: Any, name: str) -> Any:
+    """The learner's answer `value`, or NotImplementedError (verdict "not attempted") while it is still `...`.
+
+    A lab replaces a top-level answer such as `prediction = 1234` with `prediction = ...`; a check calls
+    `answered(prediction, "prediction")` before using it.
+    """
+    if value is Ellipsis:
+        raise NotAnswered(f"`{name}` is still `...`: write your answer in its place, run that cell, then this one.")
+    return value
 
 
 def expect_equal(got: Any, expected: Any, what: str, hint: str = "") -> None:

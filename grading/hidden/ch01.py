@@ -1,0 +1,86 @@
+"""Held-out cases for lab 01 (where the memory goes). Loaded by the grader by file path; never imported by a lab.
+
+Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure:
+other models, dtypes, shapes, seeds and budgets than the public cases, chosen so that an answer tuned to those
+cases fails.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from utils.checks.ch01 import (
+    MIB,
+    expect_adam_state_bytes,
+    expect_block_formula,
+    expect_block_measurements,
+    expect_largest_batch,
+    expect_no_leak,
+    expect_saved_bytes,
+)
+from utils.models import GPT, GPTConfig, cnn, gpt_batch, mlp  # noqa: F401
+
+
+def adam_cases(adam_state_bytes) -> None:
+    """BF16 and FP16 models, a frozen middle layer, a CNN with BatchNorm buffers, a wider GPT."""
+    torch.manual_seed(1)
+    half = mlp(12, 24, 3, depth=2).to(torch.bfloat16)
+    fp16 = mlp(5, 7, 2, depth=1).half()
+    frozen = mlp(8, 16, 4, depth=3)
+    frozen[2].requires_grad_(False)
+    expect_adam_state_bytes(adam_state_bytes, [half, fp16, frozen, cnn(6, 5, 8),
+                                               GPT(GPTConfig(n_layer=2, d_model=48, n_head=6, seq_len=8,
+                                                             vocab_size=33))])
+
+
+def saved_cases(count_saved_bytes) -> None:
+    """Views of one tensor, an expanded input, eager attention, a convolution, a BF16 model."""
+    cfg = GPTConfig(n_layer=1, d_model=24, n_head=3, seq_len=12, vocab_size=17, attention="eager")
+    x = torch.randn(8, 8, requires_grad=True)
+    e = torch.randn(1, 6, requires_grad=True)
+    expect_saved_bytes(count_saved_bytes, [
+        ("x[:4] * x[4:] (two views of one storage)", lambda a: a[:4] * a[4:], (x,)),
+        ("a GPT with eager attention", GPT(cfg), gpt_batch(cfg, 3, seed=4)),
+        ("a convolution and a ReLU", torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()),
+         (torch.randn(2, 3, 8, 8),)),
+        ("an expanded input times itself", lambda a: a.expand(5, 6) * a.expand(5, 6).sin(), (e,)),
+        ("a BF16 MLP", mlp(6, 10, 2).to(torch.bfloat16), (torch.randn(3, 6, dtype=torch.bfloat16),)),
+    ])
+
+
+def block_prediction_cases(prediction, reasoning, measure_block) -> None:
+    """measure_block on odd shapes: one token, uneven heads, a wide block."""
+    expect_block_measurements(measure_block, [(1, 1, 8, 2), (3, 33, 40, 5), (2, 20, 120, 6)])
+
+
+def block_formula_cases(block_saved_bytes) -> None:
+    """Odd shapes, long sequences, one-token sequences, many heads, both attentions and precisions."""
+    expect_block_formula(block_saved_bytes, [
+        (3, 17, 40, 5, "eager", "fp32"), (1, 1, 8, 1, "sdpa", "fp32"), (5, 100, 48, 12, "eager", "bf16-mixed"),
+        (2, 2048, 2048, 16, "sdpa", "fp32"), (1, 8192, 8192, 64, "eager", "bf16-mixed"),
+        (7, 9, 36, 4, "sdpa", "bf16-mixed"),
+    ])
+
+
+def leak_cases(train_with_validation) -> None:
+    """Another model, more steps, another seed."""
+    expect_no_leak(train_with_validation, GPTConfig(n_layer=1, d_model=24, n_head=3, seq_len=10, vocab_size=29,
+                                                    attention="eager"), steps=5, seed=3)
+
+
+def largest_batch_cases(largest_batch) -> None:
+    """A large vocabulary (the logits' gradients dominate), eager attention, a deeper model."""
+    expect_largest_batch(largest_batch, [
+        (GPTConfig(n_layer=1, d_model=32, n_head=4, seq_len=32, vocab_size=4096), 10 * MIB),
+        (GPTConfig(n_layer=3, d_model=48, n_head=4, seq_len=48, vocab_size=128, attention="eager"), 9 * MIB),
+    ])
+
+
+HIDDEN = {
+    "1.1": adam_cases,
+    "1.2": saved_cases,
+    "1.3": block_prediction_cases,
+    "1.4": block_formula_cases,
+    "1.5": leak_cases,
+    "1.6": largest_batch_cases,
+}

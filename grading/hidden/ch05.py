@@ -1,0 +1,44 @@
+"""Held-out cases for lab 05 (gradient checkpointing). Loaded by the grader by file path; never imported by a lab.
+
+Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure:
+other depths, strides, widths, hidden multipliers, budgets and dropout rates than the public cases.
+"""
+
+from __future__ import annotations
+
+from utils.checks.ch05 import (
+    expect_checkpoint_every,
+    expect_fixed_checkpoint,
+    expect_optimal_segments,
+    expect_schedule,
+)
+
+
+def every_cases(checkpoint_every) -> None:
+    """A stride of 1 (every block), a stride larger than the stack, an odd stack, one token."""
+    expect_checkpoint_every(checkpoint_every, [(5, 1, 3, 8), (4, 9, 2, 8), (9, 4, 1, 12), (8, 8, 5, 4)])
+
+
+def optimum_cases(prediction, reasoning, optimal_segments) -> None:
+    """Other depths and block widths: a narrow block (c ~ 4) and a deep wide one (c ~ 26)."""
+    expect_optimal_segments(optimal_segments, [(25, 1, 8, 8), (49, 12, 4, 8), (7, 4, 2, 4)])
+
+
+def schedule_cases(plan_schedule) -> None:
+    """A budget that fits everything, a budget just at the boundary, one block, checkpoints dearer than blocks."""
+    expect_schedule(plan_schedule, [(20, 1000, 100, 10**9), (20, 1000, 100, 4 * 1000 + 5 * 100),
+                                    (1, 1000, 100, 1000), (1, 1000, 100, 999), (6, 100, 300, 700),
+                                    (30, 777, 61, 5000), (16, 100, 100, 1000)])
+
+
+def fixed_checkpoint_cases(checkpointed_forward) -> None:
+    """Other dropout rates (none, most), widths, token counts and seeds."""
+    expect_fixed_checkpoint(checkpointed_forward, [(8, 4, 0.0, 5), (64, 8, 0.9, 6), (3, 12, 0.5, 7)])
+
+
+HIDDEN = {
+    "5.1": every_cases,
+    "5.2": optimum_cases,
+    "5.3": schedule_cases,
+    "5.4": fixed_checkpoint_cases,
+}

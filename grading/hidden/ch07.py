@@ -1,0 +1,54 @@
+"""Held-out cases for lab 07 (memory profiling). Loaded by the grader by file path; never imported by a lab.
+
+Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure:
+other statistics, models, losses, budgets, limits and failure phases than the public cases, chosen so that an
+answer tuned to those cases fails.
+"""
+
+from __future__ import annotations
+
+from utils.checks.ch07 import (
+    expect_bugs_propagate,
+    expect_graph_measurements,
+    expect_no_leak,
+    expect_oom_safe_search,
+    expect_summary,
+    make_stats,
+)
+
+
+def summary_cases(read_summary) -> None:
+    """A fragmented cache (non-releasable large), a fresh process (all zero), a small-pool-heavy split."""
+    expect_summary(read_summary, [make_stats(3 * 2**30, 3 * 2**30 - 12345, 5 * 2**30, 2**30 + 512, 4 * 2**30, 17, 3,
+                                             large_share=0.95),
+                                  make_stats(0, 0, 0, 0, 0, 0, 0),
+                                  make_stats(5 * 2**20, 4 * 2**20, 8 * 2**20, 2**20, 6 * 2**20, 0, 0,
+                                             large_share=0.1)])
+
+
+def kept_graph_cases(prediction, reasoning, measure_kept_graph) -> None:
+    """Cross-entropy (saves int64 targets and a weight scalar), wider layers, another seed."""
+    expect_graph_measurements(measure_kept_graph, [(64, 96, 10, 7, {"loss": "cross_entropy", "seed": 3}),
+                                                   (3, 300, 2, 50, {"act": "relu", "seed": 1}),
+                                                   (40, 40, 40, 1, {"loss": "cross_entropy"})])
+
+
+def leak_cases(train_and_log) -> None:
+    """A longer loop, a batch of one, another seed."""
+    expect_no_leak(train_and_log, [(8, 20, 4, 3), (48, 3, 1, 5)])
+
+
+def oom_search_cases(largest_batch_oom_safe) -> None:
+    """Failures in the optimizer step, nothing fits, everything fits, a limit that is not a power of two,
+    and a bug that must propagate."""
+    expect_oom_safe_search(largest_batch_oom_safe, [(5, "optimizer", 1000), (0, "backward", 64),
+                                                    (500, "forward", 96), (1, "optimizer", 3), (63, "backward", 64)])
+    expect_bugs_propagate(largest_batch_oom_safe)
+
+
+HIDDEN = {
+    "7.1": summary_cases,
+    "7.2": kept_graph_cases,
+    "7.3": leak_cases,
+    "7.4": oom_search_cases,
+}
