@@ -260,28 +260,27 @@ class _DeviceMode(TorchFunctionMode):
 
     def _to(self, args: tuple, kwargs: dict) -> Any:
         self_t, rest = args[0], args[1:]
-        copy = bool(kwargs.pop("copy", False)) if "copy" in kwargs else False
+        kwargs = dict(kwargs)
+        copy = bool(kwargs.pop("copy", False))
         if rest and isinstance(rest[0], torch.Tensor):  # .to(other): other's (simulated) device and dtype
             other = rest[0]
             device = torch.device(self.kind) if _marked(other) else _REAL_DEVICE.__get__(other)
-            rest = (other.dtype, *rest[1:])
+            dtype = other.dtype
+            non_blocking = bool(rest[1]) if len(rest) > 1 else bool(kwargs.get("non_blocking", False))
+            memory_format = kwargs.get("memory_format")
         else:
-            device = None
-            if rest and (isinstance(rest[0], str | torch.device) or (isinstance(rest[0], int)
-                                                                       and not isinstance(rest[0], bool))):
-                device, rest = rest[0], rest[1:]
-            elif "device" in kwargs:
-                device = kwargs.pop("device")
+            device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*rest, **kwargs)
         src = _marked(self_t)
         if device is None:
             dst = src
-        elif _is_sim_device(device, self.kind):
+        elif device.type == self.kind:
             dst = True
-        elif torch.device(device).type == "cpu":
+        elif device.type == "cpu":
             dst = False
         else:
-            return self_t.to(device, *rest, copy=copy, **kwargs)
-        out = self_t.to("cpu", *rest, copy=copy or src != dst, **kwargs)
+            return self_t.to(*rest, copy=copy, **kwargs)
+        extra = {} if memory_format is None else {"memory_format": memory_format}
+        out = self_t.to("cpu", dtype=dtype, non_blocking=non_blocking, copy=copy or src != dst, **extra)
         if dst:
             _mark(out)
             self.state.track(out)
@@ -629,30 +628,54 @@ def _patch(obj: Any, name: str, value: Any) -> None:
     setattr(obj, name, value)
 
 
+_AUTOCAST_DEPTH = [0]
+
+
 def _patch_autocast(kind: str) -> None:
+    """autocast(kind) becomes CPU autocast (FP16 by default, as CUDA's); is_autocast_enabled(kind) and
+    get_autocast_dtype(kind) answer from the CPU's state inside such a region, and CUDA's defaults outside."""
     autocast = torch.amp.autocast_mode.autocast
-    original_init = autocast.__init__
+    original_init, original_enter, original_exit = autocast.__init__, autocast.__enter__, autocast.__exit__
 
     @functools.wraps(original_init)
     def init(self: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True,
              cache_enabled: bool | None = None) -> None:
+        self._course_simulated = device_type == kind
         if device_type == kind:
             device_type = "cpu"
             dtype = torch.float16 if dtype is None else dtype
         original_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
+    @functools.wraps(original_enter)
+    def enter(self: Any) -> Any:
+        if getattr(self, "_course_simulated", False):
+            _AUTOCAST_DEPTH[0] += 1
+        return original_enter(self)
+
+    @functools.wraps(original_exit)
+    def exit_(self: Any, *exc: Any) -> Any:
+        if getattr(self, "_course_simulated", False):
+            _AUTOCAST_DEPTH[0] -= 1
+        return original_exit(self, *exc)
+
     _patch(autocast, "__init__", init)
-    for name in ("is_autocast_enabled", "get_autocast_dtype"):
-        original = getattr(torch, name)
+    _patch(autocast, "__enter__", enter)
+    _patch(autocast, "__exit__", exit_)
+    real_enabled, real_dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
 
-        def mapped(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
-            if not args and _name == "is_autocast_enabled" and kind == "cuda":
-                args = ("cpu",)
-            if args and args[0] == kind:
-                args = ("cpu", *args[1:])
-            return _original(*args, **kwargs)
+    def is_autocast_enabled(*args: Any, **kwargs: Any) -> bool:
+        device = args[0] if args else kwargs.get("device_type", "cuda" if kind == "cuda" else None)
+        if device == kind:
+            return bool(_AUTOCAST_DEPTH[0] > 0 and real_enabled("cpu"))
+        return real_enabled(*args, **kwargs)
 
-        _patch(torch, name, mapped)
+    def get_autocast_dtype(device_type: str) -> torch.dtype:
+        if device_type == kind:
+            return real_dtype("cpu") if _AUTOCAST_DEPTH[0] > 0 else torch.float16
+        return real_dtype(device_type)
+
+    _patch(torch, "is_autocast_enabled", is_autocast_enabled)
+    _patch(torch, "get_autocast_dtype", get_autocast_dtype)
 
 
 def install(profile: str = "t4") -> Profile:
@@ -705,6 +728,7 @@ def install(profile: str = "t4") -> Profile:
 def uninstall() -> None:
     """Undo `install` (for tests that simulate a GPU inside the test process)."""
     global _STATE
+    _AUTOCAST_DEPTH[0] = 0
     for mode in reversed(_MODES):
         mode.__exit__(None, None, None)
     _MODES.clear()
