@@ -169,3 +169,47 @@ def test_will_it_fit_and_bar():
             will_it_fit(args.pop("preset"), args.pop("batch"), args.pop("seq_len"), **args)
     with pytest.raises(ValueError, match="parts"):
         memory_bar({"x": -1})
+
+
+def test_bad_arguments_are_named():
+    """utils.validate's checks: unknown names, None shapes and bools where ints are meant are refused by name."""
+    from utils.estimate import GPU_USABLE_BYTES, autocast_dtype, param_dtype, state_bytes_per_element, will_it_fit
+
+    model, inputs = variants()["mlp"]
+    with pytest.raises(ValueError, match="precision"):
+        estimate_memory(model, inputs, precision="bf16_mixed")
+    with pytest.raises(TypeError, match="checkpointing"):
+        estimate_memory(model, inputs, checkpointing=1)
+    with pytest.raises(TypeError, match="n_layer"):
+        TransformerShape(None, 64, 4, 64, 256)
+    with pytest.raises(TypeError, match="seq_len"):
+        TransformerShape(2, 64, 4, True, 256)
+    with pytest.raises(TypeError, match="batch"):
+        transformer_activation_bytes(PRESETS["7B"], True)
+    with pytest.raises(TypeError, match="batch"):
+        transformer_memory(PRESETS["7B"], None)
+    with pytest.raises(TypeError, match="shape"):
+        transformer_activation_bytes(None, 1)
+    with pytest.raises(ValueError, match="attention"):
+        transformer_memory(PRESETS["7B"], 1, attention="flash")
+    with pytest.raises(ValueError, match="optimizer"):
+        transformer_memory(PRESETS["7B"], 1, optimizer="Adam")
+    with pytest.raises(ValueError, match="precision"):
+        param_dtype("fp8")
+    with pytest.raises(ValueError, match="precision"):
+        autocast_dtype(None)
+    with pytest.raises(ValueError, match="optimizer"):
+        state_bytes_per_element("lion", "fp32")
+    with pytest.raises(ValueError, match="lr"):
+        make_optimizer("sgd", model.parameters(), lr=-1.0)
+    with pytest.raises(TypeError, match="model"):
+        measure_step("gpt", inputs)
+    with pytest.raises(ValueError, match="model"):
+        will_it_fit(["7B"], 1, 128)
+    with pytest.raises(TypeError, match="batch"):
+        will_it_fit("7B", False, 128)
+    with pytest.raises(ValueError, match="gpu"):
+        will_it_fit("7B", 1, 128, gpu="h100")
+    # A GPU reports less than its marketed size: the widget plans with what it reports.
+    assert GPU_USABLE_BYTES["T4"] < 16 * 10**9 and GPU_USABLE_BYTES["H100"] < 80 * 2**30
+    assert will_it_fit("125M", 1, 128, gpu="T4").capacity == GPU_USABLE_BYTES["T4"]

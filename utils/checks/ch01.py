@@ -1,39 +1,57 @@
-"""Checks for lab 01 (where the memory goes)."""
+"""Checks for lab 01 (where the memory goes). Each check runs PUBLIC cases; grading/hidden/ch01.py runs held-out
+ones through the same `expect_*` helpers, with the same arguments as the check call."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from utils.checks.core import Verdict, expect_equal, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, run_check
+from utils.estimate import TransformerShape, measure_step, transformer_activation_bytes
 from utils.measure import optimizer_state_bytes, saved_activation_bytes
-from utils.models import GPT, GPTConfig, cnn, gpt_batch, mlp
+from utils.models import GPT, Block, GPTConfig, cnn, gpt_batch, mlp
+
+MIB = 2**20
+
+
+# 1.1 -------------------------------------------------------------------------------------------------------------
+def expect_adam_state_bytes(adam_state_bytes: Callable[[nn.Module], int], models: Sequence[nn.Module]) -> None:
+    for model in models:
+        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad])
+        for p in model.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        opt.step()
+        n = sum(p.numel() for p in model.parameters())
+        expect_equal(adam_state_bytes(model), optimizer_state_bytes(opt),
+                     f"Adam state bytes of a {type(model).__name__} with {n} parameters",
+                     hint="two moments in the parameter's dtype per trainable element, plus a "
+                     "4-byte float32 step counter per trainable parameter tensor; frozen ones get nothing.")
 
 
 def check_adam_state_bytes(adam_state_bytes: Callable[[nn.Module], int]) -> Verdict:
     """Exercise 1.1: Adam's state bytes predicted without running it, against a real optimizer step."""
 
     def body() -> None:
-        models = [mlp(8, 16, 4), cnn(4, 3, 8), GPT(GPTConfig(n_layer=1, d_model=32, seq_len=16, vocab_size=50))]
         frozen = mlp(8, 16, 4)
         frozen[0].requires_grad_(False)
-        half = mlp(8, 16, 4).to(torch.bfloat16)
-        for model in models + [frozen, half]:
-            opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad])
-            for p in model.parameters():
-                if p.requires_grad:
-                    p.grad = torch.zeros_like(p)
-            opt.step()
-            n = sum(p.numel() for p in model.parameters())
-            expect_equal(adam_state_bytes(model), optimizer_state_bytes(opt),
-                         f"Adam state bytes of a {type(model).__name__} with {n} parameters",
-                         hint="two moments in the parameter's dtype per trainable element, plus a "
-                         "4-byte float32 step counter per trainable parameter tensor; frozen ones get nothing.")
+        expect_adam_state_bytes(adam_state_bytes, [mlp(8, 16, 4), cnn(4, 3, 8), frozen,
+                                                   GPT(GPTConfig(n_layer=1, d_model=32, seq_len=16, vocab_size=50))])
 
     return run_check("1.1", body)
+
+
+# 1.2 -------------------------------------------------------------------------------------------------------------
+def expect_saved_bytes(count_saved_bytes: Callable[..., int], cases: Sequence[tuple[str, Any, tuple]]) -> None:
+    for name, fn, args in cases:
+        expect_equal(count_saved_bytes(fn, *args), saved_activation_bytes(fn, *args), f"saved bytes of {name}",
+                     hint="count each storage once (t.untyped_storage()), skip parameters "
+                     "(isinstance(t._base or t, nn.Parameter)), and return the unpacked tensor unchanged.")
 
 
 def check_saved_bytes(count_saved_bytes: Callable[..., int]) -> Verdict:
@@ -41,30 +59,201 @@ def check_saved_bytes(count_saved_bytes: Callable[..., int]) -> Verdict:
 
     def body() -> None:
         cfg = GPTConfig(n_layer=2, d_model=32, seq_len=16, vocab_size=50)
-        cases: list[tuple[str, Any, tuple]] = [
+        x = torch.randn(6, 6, requires_grad=True)
+        expect_saved_bytes(count_saved_bytes, [
             ("an MLP", mlp(8, 32, 4, depth=3), (torch.randn(5, 8),)),
             ("a GPT with its loss", GPT(cfg), gpt_batch(cfg, 2)),
-        ]
-        x = torch.randn(6, 6, requires_grad=True)
-        cases.append(("x * x (one tensor saved twice)", lambda a: a * a, (x,)))
-        for name, fn, args in cases:
-            expect_equal(count_saved_bytes(fn, *args), saved_activation_bytes(fn, *args), f"saved bytes of {name}",
-                         hint="count each storage once (t.untyped_storage()), skip parameters "
-                         "(isinstance(t._base or t, nn.Parameter)), and return the unpacked tensor unchanged.")
+            ("x * x (one tensor saved twice)", lambda a: a * a, (x,)),
+        ])
 
     return run_check("1.2", body)
 
 
-def check_mlp_activation_prediction(predict: Callable[[int, int, int, int, int], int]) -> Verdict:
-    """Exercise 1.3: a formula for utils.models.mlp's saved bytes, against measurement."""
+# 1.3 -------------------------------------------------------------------------------------------------------------
+PREDICT_BLOCK = (6, 48, 96, 4)  # batch, seq_len, d_model, n_head of the block whose bytes are predicted
+
+
+def block_truth(batch: int, seq_len: int, d_model: int, n_head: int) -> int:
+    """The measured saved bytes of one utils.models.Block (FP32, SDPA) on an input that requires grad."""
+    torch.manual_seed(0)
+    block = Block(GPTConfig(n_layer=1, d_model=d_model, n_head=n_head, seq_len=seq_len))
+    return saved_activation_bytes(block, torch.randn(batch, seq_len, d_model, requires_grad=True))
+
+
+def expect_block_measurements(measure_block: Callable[[int, int, int, int], int],
+                              shapes: Sequence[tuple[int, int, int, int]]) -> None:
+    for shape in shapes:
+        expect_equal(measure_block(*shape), block_truth(*shape),
+                     "measure_block(batch={}, seq_len={}, d_model={}, n_head={})".format(*shape),
+                     hint="build Block(GPTConfig(n_layer=1, d_model=..., n_head=..., seq_len=...)), give it a "
+                     "torch.randn(batch, seq_len, d_model, requires_grad=True) input and count what autograd "
+                     "saves with your hook of exercise 1.2 (parameters excluded).")
+
+
+def check_block_prediction(prediction: int, reasoning: str, measure_block: Callable[[int, int, int, int], int]
+                           ) -> Verdict:
+    """Exercise 1.3: a block's saved bytes predicted (within 5%) with its reasoning, then measured."""
 
     def body() -> None:
-        sizes = [(4, 8, 16, 2, 1), (7, 8, 32, 3, 2), (16, 64, 256, 10, 3), (1, 5, 9, 2, 5)]
-        for batch, d_in, hidden, d_out, depth in sizes:
-            measured = saved_activation_bytes(mlp(d_in, hidden, d_out, depth), torch.randn(batch, d_in))
-            expect_equal(predict(batch, d_in, hidden, d_out, depth), measured,
-                         f"predicted saved bytes for batch={batch}, d_in={d_in}, hidden={hidden}, depth={depth}",
-                         hint="each Linear saves its input and each GELU saves its input; is the GELU's output "
-                         "the same storage as anything else that is saved?")
+        guess = answered(prediction, "prediction")
+        if isinstance(guess, bool) or not isinstance(guess, int | float):
+            raise CheckFailed("prediction as a number of bytes", repr(guess))
+        words = answered(reasoning, "reasoning")
+        if not isinstance(words, str) or len(words.split()) < 12:
+            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        truth = block_truth(*PREDICT_BLOCK)
+        if abs(guess - truth) > 0.05 * truth:
+            raise CheckFailed(f"a prediction within 5% of the measured {truth:,} bytes", f"{guess:,}",
+                              "go op by op: two LayerNorms (input + 2 statistics per token), the Linear inputs, "
+                              "q/k/v as one storage, SDPA's output and log-sum-exp, GELU's 4d-wide input.")
+        expect_block_measurements(measure_block, [PREDICT_BLOCK, (2, 16, 32, 2)])
 
-    return run_check("1.3", body)
+    return run_check("1.3", body, points=2)
+
+
+# 1.4 -------------------------------------------------------------------------------------------------------------
+def block_formula_truth(batch: int, seq_len: int, d_model: int, n_head: int, attention: str, precision: str) -> int:
+    """One block's saved bytes, from the course's analytic estimator (two layers minus one)."""
+    def total(layers: int) -> int:
+        shape = TransformerShape(layers, d_model, n_head, seq_len, 64)
+        return transformer_activation_bytes(shape, batch, precision=precision, attention=attention)
+
+    return total(2) - total(1)
+
+
+def expect_block_formula(block_saved_bytes: Callable[..., int], cases: Sequence[tuple]) -> None:
+    for case in cases:
+        got = block_saved_bytes(*case)
+        expect_equal(got, block_formula_truth(*case),
+                     "block_saved_bytes(batch={}, seq_len={}, d_model={}, n_head={}, attention={!r}, "
+                     "precision={!r})".format(*case),
+                     hint="sdpa: q/k/v, output and an FP32 log-sum-exp per row and head; eager: a T x T bool mask "
+                     "and the b*h*T*T probabilities, and proj's input becomes a copy. Under bf16-mixed the residual "
+                     "stream (LayerNorm inputs and statistics) stays FP32, the matmuls save BF16, and each matmul "
+                     "keeps a BF16 copy of its weight.")
+
+
+def check_block_formula(block_saved_bytes: Callable[..., int]) -> Verdict:
+    """Exercise 1.4: a formula for one block's saved bytes, any size, both attentions, FP32 and BF16 autocast."""
+
+    def body() -> None:
+        expect_block_formula(block_saved_bytes, [
+            (4, 64, 128, 4, "sdpa", "fp32"), (4, 64, 128, 4, "eager", "fp32"), (2, 32, 64, 2, "sdpa", "bf16-mixed"),
+            (1, 4096, 4096, 32, "sdpa", "bf16-mixed"),  # a 7B model's block: a formula, not a run
+        ])
+
+    return run_check("1.4", body, points=2)
+
+
+# 1.5 -------------------------------------------------------------------------------------------------------------
+def reference_losses(cfg: GPTConfig, steps: int, seed: int) -> tuple[list[float], list[float]]:
+    """The training and validation losses of a correct loop (SGD, lr 0.1) from a model seeded with `seed`."""
+    torch.manual_seed(seed)
+    model = GPT(cfg)
+    train, val = gpt_batch(cfg, 4, seed=seed), gpt_batch(cfg, 4, seed=seed + 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_losses, val_losses = [], []
+    for _ in range(steps):
+        loss = model(*train)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        train_losses.append(loss.item())
+        with torch.no_grad():
+            val_losses.append(model(*val).item())
+    return train_losses, val_losses
+
+
+def expect_no_leak(train_with_validation: Callable[..., Any], cfg: GPTConfig, steps: int, seed: int) -> None:
+    """Run the learner's loop under a saved-tensor hook that remembers (weakly) every activation saved; after it
+    returns, none may be alive, and the losses must be the reference ones, as Python floats."""
+    want_train, want_val = reference_losses(cfg, steps, seed)
+    torch.manual_seed(seed)
+    model = GPT(cfg)
+    train, val = gpt_batch(cfg, 4, seed=seed), gpt_batch(cfg, 4, seed=seed + 1)
+    keep_out = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *train, *val]}
+    saved: list[weakref.ref] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in keep_out and not isinstance(t, nn.Parameter):
+            saved.append(weakref.ref(t))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        result = train_with_validation(model, train, val, steps)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise CheckFailed("a tuple (train_losses, val_losses)", type(result).__name__)
+    kinds = [sorted({type(v).__name__ for v in got}) if isinstance(got, list) else type(got).__name__
+             for got in result]
+    values = [[float(v.detach()) if isinstance(v, torch.Tensor) else float(v) for v in got]
+              if isinstance(got, list) else None for got in result]
+    del result
+    gc.collect()
+    alive = {id(t): t for t in (r() for r in saved) if t is not None}
+    alive_bytes = sum(t.untyped_storage().nbytes() for t in alive.values())
+    del alive
+    if alive_bytes:
+        raise CheckFailed("no activation alive after the loop returns",
+                          f"{alive_bytes:,} bytes of saved activations still alive",
+                          "a forward pass run with gradients enabled builds a graph that holds every saved tensor "
+                          "until backward or until the last reference to its output goes: validate under "
+                          "torch.no_grad(), and keep floats, not tensors.")
+    for name, kind, got, want in (("train_losses", kinds[0], values[0], want_train),
+                                  ("val_losses", kinds[1], values[1], want_val)):
+        if kind != ["float"]:
+            raise CheckFailed(f"{name} as a list of Python floats", f"{kind}",
+                              "a loss tensor is the root of its graph: .item() turns it into a float.")
+        if len(got) != len(want) or any(abs(a - b) > 1e-4 * max(1.0, abs(b)) for a, b in zip(got, want, strict=False)):
+            raise CheckFailed(f"{name} = {[round(v, 4) for v in want]}", [round(v, 4) for v in got],
+                              "fix the leak without changing what the loop computes.")
+
+
+def check_no_leak(train_with_validation: Callable[..., Any]) -> Verdict:
+    """Exercise 1.5: the training loop with validation, leak fixed."""
+
+    def body() -> None:
+        expect_no_leak(train_with_validation, GPTConfig(n_layer=2, d_model=32, n_head=4, seq_len=16, vocab_size=40),
+                       steps=3, seed=0)
+
+    return run_check("1.5", body, points=2)
+
+
+# 1.6 -------------------------------------------------------------------------------------------------------------
+def measured_peak(cfg: GPTConfig, batch: int) -> int:
+    """The measured peak bytes of an FP32 AdamW training step of GPT(cfg) at this batch, on the CPU."""
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    return measure_step(model, gpt_batch(cfg, batch), optimizer="adamw", precision="fp32")
+
+
+def expect_largest_batch(largest_batch: Callable[[GPTConfig, int], int],
+                         cases: Sequence[tuple[GPTConfig, int]]) -> None:
+    for cfg, budget in cases:
+        what = (f"largest_batch for n_layer={cfg.n_layer}, d_model={cfg.d_model}, seq_len={cfg.seq_len}, "
+                f"vocab_size={cfg.vocab_size}, attention={cfg.attention!r}, budget {budget / MIB:.2f} MiB")
+        got = largest_batch(cfg, budget)
+        if isinstance(got, bool) or not isinstance(got, int) or got < 1:
+            raise CheckFailed(f"{what}: a positive int", repr(got))
+        peak = measured_peak(cfg, got)
+        if peak > budget:
+            raise CheckFailed(f"{what}: a batch whose measured step peak fits the budget",
+                              f"batch {got}, whose step peaks at {peak / MIB:.2f} MiB",
+                              "the peak is reached when backward starts: every saved activation, the parameters, "
+                              "Adam's moments, and the logits' gradients (two FP32 tokens x vocabulary tensors).")
+        bigger = measured_peak(cfg, got + 2)
+        if bigger <= budget:
+            raise CheckFailed(f"{what}: the largest batch that fits (within 1)",
+                              f"batch {got}, but batch {got + 2} peaks at {bigger / MIB:.2f} MiB, inside the budget",
+                              "your formula overestimates: are gradients alive at the peak? (zero_grad with "
+                              "set_to_none=True frees them before the next forward)")
+
+
+def check_largest_batch(largest_batch: Callable[[GPTConfig, int], int]) -> Verdict:
+    """Exercise 1.6: the largest batch under a budget, computed by formula and proven by measured steps."""
+
+    def body() -> None:
+        expect_largest_batch(largest_batch, [
+            (GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256), 12 * MIB),
+        ])
+
+    return run_check("1.6", body, points=3)

@@ -1,0 +1,116 @@
+"""Lab 01's checks: the solutions pass the public and the hidden cases; answers tuned to the public cases, planted
+bugs and unanswered exercises do not."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from utils.checks import ch01
+from utils.checks.core import CheckFailed
+from utils.sizes import TIERS, tier_budget
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = {"1.1": ("adam_state_bytes",), "1.2": ("count_saved_bytes",),
+        "1.3": ("prediction", "reasoning", "measure_block"), "1.4": ("block_saved_bytes",),
+        "1.5": ("train_with_validation",), "1.6": ("largest_batch",)}
+CHECKS = {"1.1": ch01.check_adam_state_bytes, "1.2": ch01.check_saved_bytes, "1.3": ch01.check_block_prediction,
+          "1.4": ch01.check_block_formula, "1.5": ch01.check_no_leak, "1.6": ch01.check_largest_batch}
+
+
+def hidden() -> dict:
+    spec = importlib.util.spec_from_file_location("hidden_ch01", ROOT / "grading" / "hidden" / "ch01.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.HIDDEN
+
+
+@pytest.fixture(scope="module")
+def solution() -> dict:
+    """The solution notebook's answers (its non-check code cells that define them)."""
+    nb = nbformat.read(ROOT / "solutions" / "01_where_the_memory_goes.ipynb", as_version=4)
+    namespace: dict = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "check" not in cell.metadata.get("tags", []) and (
+                "import" in cell.source or "course" in cell.metadata or "_buggy" in cell.source):
+            exec(cell.source, namespace)  # noqa: S102
+    return namespace
+
+
+def test_every_exercise_has_a_public_check_and_hidden_cases():
+    assert set(hidden()) == set(CHECKS) == set(ARGS)
+
+
+@pytest.mark.parametrize("exercise", ["1.1", "1.2", "1.3", "1.4", "1.5"])
+def test_solution_passes_public_and_hidden(solution, exercise, monkeypatch):
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    args = [solution[a] for a in ARGS[exercise]]
+    verdict = CHECKS[exercise](*args)
+    assert verdict.status == "passed", str(verdict)
+    assert "all passed" not in str(verdict).lower()
+    hidden()[exercise](*args)
+
+
+def test_design_solution_passes_public_and_hidden(solution, monkeypatch):
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    assert CHECKS["1.6"](solution["largest_batch"]).status == "passed"
+    hidden()["1.6"](solution["largest_batch"])
+
+
+def test_answers_tuned_to_the_public_cases_fail_the_hidden_ones(solution, monkeypatch):
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    public = {(4, 64, 128, 4, "sdpa", "fp32"), (4, 64, 128, 4, "eager", "fp32"), (2, 32, 64, 2, "sdpa", "bf16-mixed"),
+              (1, 4096, 4096, 32, "sdpa", "bf16-mixed")}
+    table = {case: solution["block_saved_bytes"](*case) for case in public}
+
+    def looked_up(*case):
+        return table.get(case, 0)
+
+    assert CHECKS["1.4"](looked_up).status == "passed"
+    with pytest.raises(CheckFailed):
+        hidden()["1.4"](looked_up)
+
+    def fixed_shape(batch, seq_len, d_model, n_head):  # measures the public shapes only
+        return solution["measure_block"](batch, seq_len, d_model, n_head) if (batch, seq_len) in {(6, 48), (2, 16)} \
+            else 123
+
+    assert CHECKS["1.3"](solution["prediction"], solution["reasoning"], fixed_shape).status == "passed"
+    with pytest.raises(CheckFailed):
+        hidden()["1.3"](solution["prediction"], solution["reasoning"], fixed_shape)
+
+
+def test_planted_bugs_and_unanswered_exercises(solution, monkeypatch):
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    leak = CHECKS["1.5"](solution["train_with_validation_buggy"])
+    assert leak.status == "failed" and "still alive" in leak.message
+    assert CHECKS["1.3"](..., ..., solution["measure_block"]).status == "not attempted"
+    far = CHECKS["1.3"](10, "a guess with enough words to count as a reasoning of two sentences here",
+                        solution["measure_block"])
+    assert far.status == "failed" and "within 5%" in far.message
+
+    def no_copies(batch, seq_len, d_model, n_head, attention, precision):
+        return solution["block_saved_bytes"](batch, seq_len, d_model, n_head, attention, "fp32") // 2
+
+    assert CHECKS["1.4"](no_copies).status == "failed"
+
+    def unanswered(*_args):
+        raise NotImplementedError("Exercise 1.1")
+
+    assert CHECKS["1.1"](unanswered).status == "not attempted"
+    assert CHECKS["1.6"](lambda cfg, budget: True).status == "failed"
+
+
+def test_full_size_footprints_fit_every_tier():
+    from utils.experiment_sizes import ch01 as sizes
+
+    for tier in TIERS:
+        for name, nbytes in sizes.footprints(tier).items():
+            assert 0 < nbytes <= tier_budget(tier), (tier, name, nbytes)
+    with pytest.raises(ValueError, match="tier"):
+        sizes.footprints(12)
+    assert sizes.gpt_config("tiny").d_model <= sizes.gpt_config("quick").d_model <= sizes.gpt_config("full").d_model
+    assert torch.__version__  # the module imports torch-free constants only through utils
