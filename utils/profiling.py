@@ -1,5 +1,8 @@
 """Memory profiling plumbing (chapter 07): live-tensor census, memory timelines, snapshot rendering, batch search.
 
+These are packaged copies of the techniques chapter 07 writes out in its cells (the notebook is where they are
+taught; tests/test_ch07_notebook_ties.py runs both on the same inputs and compares):
+
 - `live_tensors()` counts the bytes of every tensor the garbage collector can reach, by (device, dtype, shape);
   comparing two censuses between training steps shows what leaks. `graph_held_bytes()` adds what kept autograd
   graphs hold (saved activations live in C++ nodes, out of the garbage collector's sight).
@@ -14,6 +17,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -23,10 +27,12 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
+from utils.validate import check_choice, check_int, check_str
+
 TensorKey = tuple[str, str, tuple[int, ...]]
 
 
-def _gc_tensors() -> list[torch.Tensor]:
+def gc_tensors() -> list[torch.Tensor]:
     """Every tensor object the garbage collector can reach (after a collection)."""
     gc.collect()
     with warnings.catch_warnings():  # isinstance() on some deprecated objects (torch.distributed.reduce_op) warns
@@ -34,19 +40,21 @@ def _gc_tensors() -> list[torch.Tensor]:
         return [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
 
 
-def live_tensors() -> Counter[TensorKey]:
-    """Bytes of every tensor reachable by the garbage collector, keyed by (device, dtype, shape)."""
+def live_tensors(tensors: list[torch.Tensor] | None = None) -> Counter[TensorKey]:
+    """Bytes of every tensor reachable by the garbage collector (or of `tensors`), keyed by (device, dtype, shape),
+    each storage once; meta and fake tensors (no memory) are left out."""
+    if tensors is not None and (not isinstance(tensors, list | tuple)
+                                or not all(isinstance(t, torch.Tensor) for t in tensors)):
+        raise TypeError("tensors must be a list of tensors or None")
     census: Counter[TensorKey] = Counter()
     seen: set[int] = set()
-    for obj in _gc_tensors():
+    for obj in gc_tensors() if tensors is None else tensors:
         try:
-            if obj.device.type == "meta":
-                continue
             storage = obj.untyped_storage()
         except Exception:  # tensors that refuse inspection (half-built, or without storage)
             continue
         key = storage._cdata
-        if key in seen:
+        if storage.device.type == "meta" or key in seen:  # meta and fake tensors hold no memory
             continue
         seen.add(key)
         census[(obj.device.type, str(obj.dtype).replace("torch.", ""), tuple(obj.shape))] += storage.nbytes()
@@ -55,25 +63,28 @@ def live_tensors() -> Counter[TensorKey]:
 
 def graph_held_bytes(roots: list[torch.Tensor] | None = None) -> int:
     """Bytes of the tensors saved for backward in every autograd graph still reachable from a live tensor
-    (or only from `roots`, when given).
+    (or only from `roots`, when given), each storage counted once, parameters excluded.
 
     A kept loss (or any output) that was never backpropagated holds its graph, and the graph holds saved
     activations in C++ nodes that a census of Python objects cannot see; walking `grad_fn` finds them.
+    A matmul saves its weight too, as a view of the parameter: that is the parameter's memory, not the
+    graph's, so storages of the graph's leaves (AccumulateGrad's `variable`) and of parameters are left out.
     """
     if roots is None:
-        roots = _gc_tensors()
-    elif not all(isinstance(t, torch.Tensor) for t in roots):
+        roots = gc_tensors()
+    elif not isinstance(roots, list | tuple) or not all(isinstance(t, torch.Tensor) for t in roots):
         raise TypeError("roots must be a list of tensors or None")
-    nodes = [t.grad_fn for t in roots if t.grad_fn is not None]
-    seen_nodes: set[int] = set()
-    seen_storage: set[int] = set()
-    total = 0
-    stack = list(nodes)
+    saved: dict[int, int] = {}  # storage id -> bytes
+    leaves: set[int] = set()
+    seen: set[int] = set()
+    stack = [t.grad_fn for t in roots if t.grad_fn is not None]
     while stack:
         node = stack.pop()
-        if node is None or id(node) in seen_nodes:
+        if node is None or id(node) in seen:
             continue
-        seen_nodes.add(id(node))
+        seen.add(id(node))
+        if hasattr(node, "variable"):  # AccumulateGrad: the leaf (a parameter) this graph ends at
+            leaves.add(node.variable.untyped_storage()._cdata)
         for name in dir(node):
             if not name.startswith("_saved_"):
                 continue
@@ -82,13 +93,12 @@ def graph_held_bytes(roots: list[torch.Tensor] | None = None) -> int:
             except RuntimeError:  # freed by a backward pass: nothing held
                 continue
             for t in value if isinstance(value, tuple | list) else (value,):
-                if isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter):
+                if isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter) \
+                        and not isinstance(t._base, torch.nn.Parameter) and t.untyped_storage().device.type != "meta":
                     storage = t.untyped_storage()
-                    if storage._cdata not in seen_storage:
-                        seen_storage.add(storage._cdata)
-                        total += storage.nbytes()
+                    saved[storage._cdata] = storage.nbytes()
         stack.extend(fn for fn, _ in node.next_functions)
-    return total
+    return sum(nbytes for key, nbytes in saved.items() if key not in leaves)
 
 
 def census_growth(before: Counter[TensorKey], after: Counter[TensorKey]) -> list[tuple[TensorKey, int]]:
@@ -101,8 +111,7 @@ def census_growth(before: Counter[TensorKey], after: Counter[TensorKey]) -> list
 
 def profiler_timeline(prof: Any, device: str = "cpu") -> list[tuple[float, int]]:
     """(time in microseconds, bytes allocated since the start) from a profile(profile_memory=True) run."""
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    check_choice("device", device, ("cpu", "cuda"))
     attr = "self_cpu_memory_usage" if device == "cpu" else "self_device_memory_usage"
     changes = sorted((e.time_range.start, getattr(e, attr, 0)) for e in prof.events() if getattr(e, attr, 0))
     points, total = [(0.0, 0)], 0
@@ -112,12 +121,35 @@ def profiler_timeline(prof: Any, device: str = "cpu") -> list[tuple[float, int]]
     return points
 
 
+_TORCH_DIR = f"{os.sep}torch{os.sep}"
+
+
+def is_user_frame(frame: Mapping[str, Any]) -> bool:
+    """A Python frame of the learner's code: a `.py` file (C++ frames of release wheels carry "??") that does not
+    live inside the torch package."""
+    filename = str(frame.get("filename", ""))
+    return filename.endswith(".py") and _TORCH_DIR not in filename.replace("/", os.sep)
+
+
+def frame_label(frames: list[Mapping[str, Any]]) -> str:
+    """'name (file.py:line)' of the first frame outside torch that is Python code (a snapshot recorded with
+    stacks="python" has only Python frames; with stacks="all" the C++ frames come first and are skipped), or
+    "unknown (no Python frame)" when there is none."""
+    user = next((f for f in frames if is_user_frame(f)), None)
+    if user is None:
+        return "unknown (no Python frame)"
+    filename = str(user.get("filename", "?")).replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{user.get('name', '?')} ({filename}:{user.get('line', '?')})"
+
+
 def snapshot_timeline(snapshot: Mapping[str, Any], device: int = 0, top: int = 6
                       ) -> tuple[list[int], dict[str, list[int]]]:
     """Live bytes after each allocator event of a CUDA memory snapshot, split by the frame that allocated them
     (the `top` largest frames by peak, the rest as "other"). Returns (event index, {frame: bytes per event})."""
     if not isinstance(snapshot, Mapping) or "device_traces" not in snapshot:
         raise ValueError("snapshot must be a dict from torch.cuda.memory._snapshot() with 'device_traces'")
+    check_int("device", device, minimum=0)
+    check_int("top", top, minimum=1)
     traces = snapshot["device_traces"]
     if not 0 <= device < len(traces):
         raise ValueError(f"device must index one of the {len(traces)} device traces, got {device}")
@@ -127,10 +159,7 @@ def snapshot_timeline(snapshot: Mapping[str, Any], device: int = 0, top: int = 6
     for event in traces[device]:
         action, addr, size = event.get("action"), event.get("addr"), event.get("size", 0)
         if action == "alloc":
-            frames = event.get("frames") or [{}]
-            user = next((f for f in frames if "torch" not in f.get("filename", "")), frames[0])
-            filename = str(user.get("filename", "?")).rsplit("/", 1)[-1]
-            label = f"{user.get('name', '?')} ({filename}:{user.get('line', '?')})"
+            label = frame_label(event.get("frames") or [])
             live[addr] = (label, size)
             per_frame[label] += size
         elif action in ("free_completed",) and addr in live:
@@ -151,6 +180,7 @@ def snapshot_timeline(snapshot: Mapping[str, Any], device: int = 0, top: int = 6
 
 def plot_snapshot(snapshot: Mapping[str, Any], device: int = 0, top: int = 6, title: str = "") -> Figure:
     """Stacked live allocations over the allocator's events, coloured by the frame that allocated them."""
+    check_str("title", title, non_empty=False)
     xs, series = snapshot_timeline(snapshot, device, top)
     fig, ax = plt.subplots(figsize=(10, 4))
     ax.stackplot(xs, [[v / 2**20 for v in ys] for ys in series.values()], labels=list(series))
@@ -165,8 +195,8 @@ def largest_fitting(fits: Callable[[int], bool], start: int = 1, limit: int = 2*
     Returns start - 1 if even `start` does not fit. Doubles until a failure, then bisects."""
     if not callable(fits):
         raise TypeError(f"fits must be callable, got {type(fits).__name__}")
-    if not isinstance(start, int) or not isinstance(limit, int) or not 1 <= start <= limit:
-        raise ValueError(f"need integers 1 <= start <= limit, got start={start!r}, limit={limit!r}")
+    check_int("start", start, minimum=1)
+    check_int("limit", limit, minimum=start)
     if not fits(start):
         return start - 1
     good, bad = start, None

@@ -1,36 +1,270 @@
-"""Checks for lab 07 (memory profiling)."""
+"""Checks for lab 07 (memory profiling and out-of-memory debugging).
+
+Each `check_*` runs the public cases; grading/hidden/ch07.py runs held-out ones through the same `expect_*`
+helpers (other statistics, models, budgets, failure phases), so an answer tuned to the public cases fails there.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+import math
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 
-from utils.checks.core import Verdict, expect_equal, run_check
-from utils.estimate import estimate_memory
-from utils.models import GPT, GPTConfig, gpt_batch
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, run_check
+from utils.profiling import graph_held_bytes
+
+# 7.1 ------------------------------------------------------------------------------------------------------------
+SUMMARY_FIELDS = ("allocated", "requested", "reserved", "non_releasable", "cached_free", "peak_allocated",
+                  "retries", "ooms")
 
 
-def check_largest_batch(largest_batch: Callable[[GPT, int, int], int]) -> Verdict:
-    """Exercise 7.1: the largest batch whose traced estimate fits a budget, for hidden models and budgets."""
+def make_stats(allocated: int, requested: int, reserved: int, non_releasable: int, peak: int, retries: int,
+               ooms: int, large_share: float = 0.8) -> dict[str, int]:
+    """A dict shaped like torch.cuda.memory_stats(): every core metric for the pools all/large/small and the four
+    columns, plus the event counters (the small pool gets the rest of each figure)."""
+    stats: dict[str, int] = {}
+    current = {"allocated_bytes": allocated, "requested_bytes": requested, "reserved_bytes": reserved,
+               "inactive_split_bytes": non_releasable, "active_bytes": allocated}
+    for key, value in current.items():
+        large = int(value * large_share)
+        peaks = {"all": max(peak, value) if key == "allocated_bytes" else value * 2}
+        for pool, v in (("all", value), ("large_pool", large), ("small_pool", value - large)):
+            stats[f"{key}.{pool}.current"] = v
+            stats[f"{key}.{pool}.peak"] = peaks.get(pool, v + 4096)
+            stats[f"{key}.{pool}.allocated"] = 10 * v + 7
+            stats[f"{key}.{pool}.freed"] = 9 * v + 7
+    for count in ("allocation", "active", "segment", "inactive_split"):
+        for pool in ("all", "large_pool", "small_pool"):
+            for col in ("current", "peak", "allocated", "freed"):
+                stats[f"{count}.{pool}.{col}"] = 3
+    stats.update(num_alloc_retries=retries, num_ooms=ooms, num_sync_all_streams=0, num_device_alloc=5,
+                 num_device_free=1)
+    return stats
 
-    def fits(model: GPT, batch: int, budget: int) -> bool:
-        return estimate_memory(model, gpt_batch(model.cfg, batch)).total <= budget
+
+def summary_truth(stats: Mapping[str, int]) -> dict[str, int]:
+    allocated, reserved = stats["allocated_bytes.all.current"], stats["reserved_bytes.all.current"]
+    return {"allocated": allocated, "requested": stats["requested_bytes.all.current"], "reserved": reserved,
+            "non_releasable": stats["inactive_split_bytes.all.current"], "cached_free": reserved - allocated,
+            "peak_allocated": stats["allocated_bytes.all.peak"], "retries": stats["num_alloc_retries"],
+            "ooms": stats["num_ooms"]}
+
+
+def expect_summary(read_summary: Callable[[dict], dict], cases: Sequence[dict[str, int]]) -> None:
+    for stats in cases:
+        got = read_summary(dict(stats))
+        if not isinstance(got, Mapping):
+            raise CheckFailed("a dict with the keys " + ", ".join(SUMMARY_FIELDS), type(got).__name__)
+        truth = summary_truth(stats)
+        for field in SUMMARY_FIELDS:
+            expect_equal(got.get(field), truth[field], f"read_summary(stats)[{field!r}]",
+                         hint="read the pool 'all' and the column 'current' (peak for peak_allocated); "
+                         "non-releasable is inactive_split_bytes; the cache is reserved minus allocated; "
+                         "retries and OOMs are num_alloc_retries and num_ooms.")
+
+
+def check_read_summary(read_summary: Callable[[dict], dict]) -> Verdict:
+    """Exercise 7.1: read the rows of memory_summary() out of a memory_stats() dict."""
 
     def body() -> None:
-        cases = [(GPTConfig(n_layer=1, d_model=32, n_head=4, seq_len=32, vocab_size=64), 6),
-                 (GPTConfig(n_layer=2, d_model=48, n_head=4, seq_len=16, vocab_size=100), 3),
-                 (GPTConfig(n_layer=1, d_model=32, n_head=4, seq_len=64, vocab_size=64), 0)]
-        for cfg, target in cases:
-            model = GPT(cfg)
-            # A hidden budget between the estimates at `target` and `target + 1` (below batch 1's for target 0).
-            above = estimate_memory(model, gpt_batch(cfg, target + 1)).total
-            below = estimate_memory(model, gpt_batch(cfg, target)).total if target else above - 1024
-            budget = (above + below) // 2
-            expected = 0
-            while fits(model, expected + 1, budget):
-                expected += 1
-            got = largest_batch(model, budget, 1024)
-            expect_equal(got, expected, f"the largest batch under {budget:,} B for a {cfg.n_layer}-layer GPT "
-                         f"(seq {cfg.seq_len})", hint="use estimate_memory(model, gpt_batch(model.cfg, b)).total <= "
-                         "budget; return 0 when not even batch 1 fits; double, then bisect.")
+        expect_summary(read_summary, [make_stats(700 * 2**20, 690 * 2**20, 1024 * 2**20, 120 * 2**20,
+                                                 900 * 2**20, 2, 1)])
 
-    return run_check("7.1", body)
+    return run_check("7.1", body, points=1)
+
+
+# 7.2 ------------------------------------------------------------------------------------------------------------
+PREDICT_CASE = (128, 256, 4, 32)  # in, hidden, out, batch: Linear -> GELU -> Linear, MSE loss
+
+
+def kept_loss(d_in: int, hidden: int, d_out: int, batch: int, *, act: str = "gelu", seed: int = 0,
+              loss: str = "mse") -> tuple[torch.Tensor, nn.Module]:
+    """A loss that was never backpropagated (so it holds its graph), and the model that made it."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(d_in, hidden), nn.GELU() if act == "gelu" else nn.ReLU(), nn.Linear(hidden, d_out))
+    x = torch.randn(batch, d_in)
+    out = model(x)
+    if loss == "mse":
+        return F.mse_loss(out, torch.randn(batch, d_out)), model
+    return F.cross_entropy(out, torch.randint(0, d_out, (batch,))), model
+
+
+def expect_graph_measurements(measure_kept_graph: Callable[[torch.Tensor], int], cases: Sequence[tuple]) -> None:
+    for case in cases:
+        *shape, kwargs = case
+        loss, model = kept_loss(*shape, **kwargs)
+        truth = graph_held_bytes([loss])
+        got = measure_kept_graph(loss)
+        expect_equal(got, truth, f"measure_kept_graph(loss) for {shape} with {kwargs or 'GELU, MSE'}",
+                     hint="walk loss.grad_fn and its next_functions; sum the storages of every _saved_* tensor once "
+                     "(views share a storage); leave out parameters (a saved weight is a view whose _base is the "
+                     "Parameter); a name that raises RuntimeError was freed by backward.")
+        del loss, model
+
+
+def check_kept_graph(prediction: int, reasoning: str, measure_kept_graph: Callable[[torch.Tensor], int]) -> Verdict:
+    """Exercise 7.2: the bytes a kept loss's graph holds, predicted (within 5%) with reasoning, then measured."""
+
+    def body() -> None:
+        guess = answered(prediction, "prediction")
+        if isinstance(guess, bool) or not isinstance(guess, int | float):
+            raise CheckFailed("prediction as a number of bytes", repr(guess))
+        words = answered(reasoning, "reasoning")
+        if not isinstance(words, str) or len(words.split()) < 12:
+            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        loss, _ = kept_loss(*PREDICT_CASE)
+        truth = graph_held_bytes([loss])
+        if abs(guess - truth) > 0.05 * truth:
+            raise CheckFailed(f"a prediction within 5% of the graph's {truth:,} bytes", f"{guess:,}",
+                              "op by op: the first Linear saves its input, GELU its input, the second Linear its "
+                              "input (the weight is the parameter's memory), the MSE loss its input and target.")
+        expect_graph_measurements(measure_kept_graph, [(*PREDICT_CASE, {}), (16, 8, 3, 5, {"act": "relu"})])
+
+    return run_check("7.2", body, points=2)
+
+
+# 7.3 ------------------------------------------------------------------------------------------------------------
+def leak_setup(width: int, batches: int, batch: int, seed: int) -> tuple[nn.Module, torch.optim.Optimizer, list]:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = [(torch.randn(batch, width), torch.randn(batch, 1)) for _ in range(batches)]
+    return model, opt, data
+
+
+def reference_train_and_log(model: nn.Module, opt: torch.optim.Optimizer, batches: list) -> dict[str, list[float]]:
+    history: dict[str, list[float]] = {"train": [], "val": []}
+    for x, y in batches:
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        history["train"].append(loss.item())
+        with torch.no_grad():
+            history["val"].append(F.mse_loss(model(x[:2]), y[:2]).item())
+    return history
+
+
+def expect_no_leak(train_and_log: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
+    for width, n, batch, seed in cases:
+        model, opt, data = leak_setup(width, n, batch, seed)
+        ref_model, ref_opt, ref_data = leak_setup(width, n, batch, seed)
+        expected = reference_train_and_log(ref_model, ref_opt, ref_data)
+        gc.collect()
+        history = train_and_log(model, opt, data)
+        if not isinstance(history, Mapping) or set(history) != {"train", "val"}:
+            raise CheckFailed("a dict {'train': [...], 'val': [...]}", repr(type(history).__name__))
+        for key in ("train", "val"):
+            values = history[key]
+            if not isinstance(values, list) or not all(type(v) is float for v in values):
+                raise CheckFailed(f"history[{key!r}] as a list of Python floats (loss.item())",
+                                  repr([type(v).__name__ for v in values][:3]) if isinstance(values, list)
+                                  else type(values).__name__,
+                                  "a kept tensor keeps its graph (or its storage) alive; .item() keeps a number.")
+            if len(values) != n or not all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
+                                           for a, b in zip(values, expected[key], strict=True)):
+                raise CheckFailed(f"the {n} {key} losses of the unchanged training loop", "other values",
+                                  "fix the leak without changing what is trained or logged.")
+        held = graph_held_bytes([p for p in model.parameters()] + [t for xy in data for t in xy])
+        grads = [p for p in model.parameters() if p.grad is not None]
+        if held or grads:
+            raise CheckFailed("no graph and no gradient alive after the loop", f"{held:,} B held by graphs, "
+                              f"{len(grads)} parameters with .grad", "zero_grad(set_to_none=True) after the step.")
+        del history, model, opt, data
+
+
+def check_leak_fixed(train_and_log: Callable) -> Verdict:
+    """Exercise 7.3: the training loop logs numbers, not graphs, and leaves no gradient behind."""
+
+    def body() -> None:
+        expect_no_leak(train_and_log, [(32, 6, 16, 0)])
+
+    return run_check("7.3", body, points=2)
+
+
+# 7.4 ------------------------------------------------------------------------------------------------------------
+PHASES = ("forward", "backward", "optimizer")
+
+
+class BudgetedTrainer:
+    """A training step that runs out of memory above a byte budget, like a GPU would: it allocates a batch-sized
+    activation, then raises torch.OutOfMemoryError in the phase chosen (after backward filled .grad, if later).
+    It records each trial and keeps weak references to the activations of failed trials."""
+
+    def __init__(self, budget_samples: int, phase: str = "backward", width: int = 8, seed: int = 0,
+                 error: type[BaseException] | None = None) -> None:
+        torch.manual_seed(seed)
+        self.model = nn.Linear(width, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.0)
+        self.budget, self.phase, self.width, self.error = budget_samples, phase, width, error
+        self.trials: list[int] = []
+        self.failed_activations: list[weakref.ref] = []
+
+    def step(self, batch: int) -> float:
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be a positive int, got {batch!r}")
+        self.trials.append(batch)
+        if self.error is not None:
+            raise self.error("a bug, not an out-of-memory error")
+        activation = torch.randn(batch, self.width)
+        over = batch > self.budget
+        if over:
+            self.failed_activations.append(weakref.ref(activation))
+        if over and self.phase == "forward":
+            raise torch.OutOfMemoryError(f"CUDA out of memory (planted in forward at batch {batch})")
+        loss = self.model(activation).pow(2).mean()
+        loss.backward()
+        if over and self.phase == "backward":
+            raise torch.OutOfMemoryError(f"CUDA out of memory (planted after backward at batch {batch})")
+        if over:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (planted in optimizer.step at batch {batch})")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+def expect_oom_safe_search(largest_batch_oom_safe: Callable, cases: Sequence[tuple[int, str, int]]) -> None:
+    for budget, phase, limit in cases:
+        trainer = BudgetedTrainer(budget, phase)
+        got = largest_batch_oom_safe(trainer.step, trainer.optimizer, limit)
+        gc.collect()
+        expected = min(budget, limit)
+        expect_equal(got, expected, f"largest_batch_oom_safe(step, optimizer, limit={limit}) with the step running "
+                     f"out of memory above batch {budget} (in {phase})",
+                     hint="catch torch.OutOfMemoryError only; double, then bisect; return 0 if batch 1 fails.")
+        bound = 2 * max(1, math.ceil(math.log2(max(limit, 2)))) + 2
+        if len(trainer.trials) > bound:
+            raise CheckFailed(f"at most {bound} trials (double, then bisect)", f"{len(trainer.trials)} trials")
+        if any(p.grad is not None for p in trainer.model.parameters()):
+            raise CheckFailed("no .grad left after the search", "a filled .grad",
+                              "an OOM after backward skips the step's own zero_grad: call "
+                              "optimizer.zero_grad(set_to_none=True) in a finally around each trial.")
+        alive = sum(r() is not None for r in trainer.failed_activations)
+        if alive:
+            raise CheckFailed("no activation of a failed trial alive after the search",
+                              f"{alive} still alive", "do not keep the exception (or its traceback): keep a "
+                              "string if you want the message, and retry after the except block.")
+
+
+def expect_bugs_propagate(largest_batch_oom_safe: Callable) -> None:
+    trainer = BudgetedTrainer(4, error=ValueError)
+    try:
+        largest_batch_oom_safe(trainer.step, trainer.optimizer, 16)
+    except ValueError:
+        return
+    raise CheckFailed("a ValueError from the step to propagate (it is a bug, not a full GPU)", "it was swallowed",
+                      "catch torch.OutOfMemoryError, not Exception.")
+
+
+def check_oom_safe_search(largest_batch_oom_safe: Callable) -> Verdict:
+    """Exercise 7.4: the largest batch a step trains with, surviving its out-of-memory errors cleanly."""
+
+    def body() -> None:
+        expect_oom_safe_search(largest_batch_oom_safe, [(37, "backward", 1024), (100, "forward", 64)])
+
+    return run_check("7.4", body, points=2)

@@ -1,0 +1,71 @@
+"""Chapter 07's experiment sizes (memory profiling and out-of-memory debugging).
+
+Full size is GPT-2 small's shape (124M parameters, 1,024 tokens) trained with AdamW in FP32, so that the snapshot
+and the allocator's views show a realistic step: about 2 GiB of weights, gradients and Adam moments, plus about
+0.8 GiB of activations per sequence. Footprints come from the course's analytic estimator
+(`utils.estimate.transformer_memory`) plus the two transients it leaves out: the logits' gradient (4 bytes per
+token per vocabulary entry) and the multi-tensor optimizer's temporaries (bounded by two more copies of the
+parameters).
+"""
+
+from __future__ import annotations
+
+from utils.estimate import TransformerShape, shape_of, transformer_memory
+from utils.models import GPTConfig
+from utils.sizes import TIERS, pick, tier_budget
+
+MIB = 2**20
+
+# Batch of the steps profiled (allocator views, snapshot, profiler timeline).
+STEP_BATCH = pick(8, {16: 4, 24: 8, 40: 8, 80: 8}, tiny=2)
+# Batch of the planted leaks (three steps each: a kept validation graph per step).
+LEAK_BATCH = pick(4, {16: 1, 24: 2, 40: 2, 80: 4}, tiny=1)
+STEPS_LEAKED = 3
+# Largest-batch search: the upper limit of the search (the search itself runs under a memory cap on a GPU).
+SEARCH_LIMIT = pick(4096, 256, tiny=64)
+# CPU budget (bytes) for the search against the estimator; on a GPU the cap is the tier's budget.
+CPU_SEARCH_BUDGET = 64 * MIB
+# Fragmentation child process: survivors (> 1 MiB, the large pool) between transient blocks of varied sizes.
+FRAG_ROUNDS = pick(200, 200, tiny=20)
+FRAG_SURVIVOR_BYTES = 3 * MIB // 2
+FRAG_TRANSIENT_MAX_MIB = 9
+# empty_cache demonstration: a freed block and a kept one.
+CACHE_FREED_BYTES = 256 * MIB
+CACHE_KEPT_BYTES = 64 * MIB
+
+
+def gpt_config(size: str | None = None) -> GPTConfig:
+    """The chapter's GPT for a size ('tiny', 'quick', 'full'; default: the current one). Quick (CPU) is a 2-layer
+    toy, tiny (the simulated-GPU test) smaller still, full GPT-2 small's shape."""
+    return GPTConfig(n_layer=pick(2, 12, tiny=1, size=size), d_model=pick(64, 768, tiny=32, size=size),
+                     n_head=pick(4, 12, tiny=4, size=size), seq_len=pick(64, 1024, tiny=16, size=size),
+                     vocab_size=pick(256, 50304, tiny=64, size=size))
+
+
+def _step_bytes(shape: TransformerShape, batch: int) -> int:
+    est = transformer_memory(shape, batch)
+    logits_grad = 4 * batch * shape.seq_len * shape.vocab_size
+    optimizer_temporaries = 2 * est.params
+    return est.total + logits_grad + optimizer_temporaries
+
+
+def footprints(tier: int) -> dict[str, int]:
+    """Predicted peak bytes of each full-size experiment of chapter 07 on a GPU of this tier."""
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    shape = shape_of(gpt_config("full"))
+    step_batch = pick(8, {16: 4, 24: 8, 40: 8, 80: 8}, size="full", tier=tier)
+    leak_batch = pick(4, {16: 1, 24: 2, 40: 2, 80: 4}, size="full", tier=tier)
+    static = transformer_memory(shape, 1)
+    static_bytes = static.params + static.grads + static.optimizer_states
+    leaked_graphs = STEPS_LEAKED * transformer_memory(shape, leak_batch).activations
+    return {
+        "training steps, allocator views and snapshot": _step_bytes(shape, step_batch),
+        "planted leaks (3 kept graphs, then 3 kept gradient sets)":
+            max(_step_bytes(shape, leak_batch) + leaked_graphs, static_bytes + (STEPS_LEAKED + 1) * static.grads),
+        # the search runs under set_per_process_memory_fraction at the tier's budget: it cannot pass it
+        "largest-batch search (under a memory cap)": tier_budget(tier),
+        "out-of-memory checklist on planted steps (under a memory cap)": tier_budget(tier),
+        "fragmentation child process": FRAG_ROUNDS * FRAG_SURVIVOR_BYTES + 2 * FRAG_TRANSIENT_MAX_MIB * MIB,
+        "empty_cache demonstration": CACHE_FREED_BYTES + CACHE_KEPT_BYTES,
+    }
