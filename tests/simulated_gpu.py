@@ -240,6 +240,10 @@ class _DeviceMode(TorchFunctionMode):
             else:
                 args[0].__dict__.pop(_MARK, None)
             return None
+        if func in _BACKWARD_FUNCS:
+            return self._backward(func, args, kwargs)
+        if kwargs.get("pin_memory"):
+            kwargs = dict(kwargs, pin_memory=False)
         to_sim = False
         if "device" in kwargs:
             if _is_sim_device(kwargs["device"], kind):
@@ -248,8 +252,6 @@ class _DeviceMode(TorchFunctionMode):
             elif kwargs["device"] is not None:
                 out = func(*args, **kwargs)
                 return out
-        if kwargs.get("pin_memory"):
-            kwargs = dict(kwargs, pin_memory=False)
         marked_in = to_sim or _any_marked(args, kwargs)
         out = func(*args, **kwargs)
         if marked_in and isinstance(out, torch.Tensor | list | tuple):
@@ -257,6 +259,25 @@ class _DeviceMode(TorchFunctionMode):
             if to_sim:
                 self.state.track(out)
         return out
+
+    def _backward(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run a backward pass WITH this mode active, so that the Python it calls (saved-tensor hooks, checkpoint
+        recomputation, custom Functions) sees the simulated device too. torch.autograd's own torch-function check
+        is bypassed for the call (it would hand the call back to this mode for ever)."""
+        module = sys.modules["torch.autograd"]
+        check = module.__dict__["has_torch_function"]
+        module.__dict__["has_torch_function"] = lambda *a, **k: False
+        try:
+            with self:
+                if func is torch.Tensor.backward:
+                    names = ("gradient", "retain_graph", "create_graph", "inputs")
+                    options = dict(zip(names, args[1:], strict=False)) | kwargs
+                    return torch.autograd.backward(args[0], options.get("gradient"), options.get("retain_graph"),
+                                                   options.get("create_graph", False),
+                                                   inputs=options.get("inputs"))
+                return func(*args, **kwargs)
+        finally:
+            module.__dict__["has_torch_function"] = check
 
     def _to(self, args: tuple, kwargs: dict) -> Any:
         self_t, rest = args[0], args[1:]
@@ -289,6 +310,7 @@ class _DeviceMode(TorchFunctionMode):
         return out
 
 
+_BACKWARD_FUNCS = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
 _ATEN_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_addmm_activation", "matmul"}
 
 
@@ -302,8 +324,15 @@ class _CounterMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if kwargs.get("pin_memory"):  # e.g. save_on_cpu's packing runs inside an op, below the function mode
+            kwargs = dict(kwargs, pin_memory=False)
+        if name in ("_pin_memory", "pin_memory"):
+            return args[0].clone()
+        if name == "is_pinned":
+            return True
         marked_in = _any_marked(args, kwargs)
-        if marked_in and func.overloadpacket.__name__ in _ATEN_MATMULS:
+        if marked_in and name in _ATEN_MATMULS:
             in_backward = torch._C._current_graph_task_id() != -1
             self.state.workspace("autograd thread" if in_backward else "forward thread")
         out = func(*args, **kwargs)
@@ -437,21 +466,29 @@ def _cuda_fakes(state: _State) -> dict[str, Any]:
         state.reserved = -(-state.allocated // SEGMENT) * SEGMENT
 
     def memory_stats(device: Any = None) -> dict[str, Any]:
+        """Every key torch.cuda.memory_stats() has (flat), with plausible values: all in the large pool."""
+        _check_index(device)
         s = state.stats()
+        live = len(state.live)
+        segments = s["reserved"] // SEGMENT
+        values = {"allocated_bytes": (s["allocated"], s["peak"]), "requested_bytes": (s["allocated"], s["peak"]),
+                  "active_bytes": (s["allocated"], s["peak"]), "reserved_bytes": (s["reserved"], s["peak_reserved"]),
+                  "inactive_split_bytes": (0, 0), "allocation": (live, live), "active": (live, live),
+                  "segment": (segments, segments), "inactive_split": (0, 0)}
         out: dict[str, Any] = {}
-        for pool in ("all", "large_pool", "small_pool"):
-            share = 1.0 if pool in ("all", "large_pool") else 0.0
-            out[f"allocated_bytes.{pool}.current"] = int(s["allocated"] * share)
-            out[f"allocated_bytes.{pool}.peak"] = int(s["peak"] * share)
-            out[f"reserved_bytes.{pool}.current"] = int(s["reserved"] * share)
-            out[f"reserved_bytes.{pool}.peak"] = int(s["peak_reserved"] * share)
-            out[f"active_bytes.{pool}.current"] = int(s["allocated"] * share)
-            out[f"inactive_split_bytes.{pool}.current"] = 0
-            out[f"segment.{pool}.current"] = int(s["reserved"] // SEGMENT * share)
-        out["num_alloc_retries"] = 0
-        out["num_ooms"] = state.num_ooms
-        out["num_device_alloc"] = int(s["reserved"] // SEGMENT)
-        return out
+        for metric, (current, peak) in values.items():
+            for pool in ("all", "large_pool", "small_pool"):
+                share = 0 if pool == "small_pool" else 1
+                out[f"{metric}.{pool}.current"] = current * share
+                out[f"{metric}.{pool}.peak"] = peak * share
+                out[f"{metric}.{pool}.allocated"] = max(current, state.num_allocs) * share
+                out[f"{metric}.{pool}.freed"] = 0
+        for metric in ("oversize_allocations", "oversize_segments"):
+            for kind in ("current", "peak", "allocated", "freed"):
+                out[f"{metric}.{kind}"] = 0
+        out.update({"num_alloc_retries": 0, "num_ooms": state.num_ooms, "num_sync_all_streams": 0,
+                    "num_device_alloc": segments, "num_device_free": 0, "max_split_size": -1})
+        return dict(sorted(out.items()))
 
     def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
         s = state.stats()

@@ -129,3 +129,41 @@ def test_widget_helpers_bad_input():
     assert log2_slider(4, 0, 4).options[-1] == 16
     with pytest.raises(ValueError, match="options"):
         dropdown([])
+
+
+def test_slider_dropdown_and_plot_bad_input():
+    from utils.plots import memory_bar
+
+    with pytest.raises(ValueError, match="value must lie"):
+        slider(9, 0, 4)
+    with pytest.raises(TypeError, match="low"):
+        slider(1, 0.5, 4)
+    with pytest.raises(ValueError, match="step"):
+        slider(1, 0, 4, step=0)
+    with pytest.raises(ValueError, match="value must be one of the options"):
+        dropdown(["a", "b"], value="c")
+    with pytest.raises(TypeError, match="options"):
+        dropdown("ab")
+    assert dropdown({"x": 1, "y": 2}, value=2).value == 2
+    with pytest.raises(TypeError, match="parts"):
+        memory_bar([1, 2])
+    with pytest.raises(ValueError, match="parts"):
+        memory_bar({"a": -1})
+    with pytest.raises(ValueError, match="capacity"):
+        memory_bar({"a": 1}, capacity=0)
+    with pytest.raises(ValueError, match="unit"):
+        memory_bar({"a": 1}, unit=0)
+    with pytest.raises(TypeError, match="title"):
+        memory_bar({"a": 1}, title=3)
+    fig = memory_bar({"a": 2**20, "b": 2**21}, capacity=2**22, unit=2**20, unit_name="MiB")
+    assert "MiB" in fig.axes[0].get_xlabel()
+    plt.close(fig)
+
+
+def test_format_table_bad_input():
+    with pytest.raises(TypeError, match="headers"):
+        format_table([(1,)], "a")
+    with pytest.raises(ValueError, match="headers"):
+        format_table([], [])
+    with pytest.raises(ValueError, match="rows\\[0\\]"):
+        format_table([(1, 2)], ["a"])

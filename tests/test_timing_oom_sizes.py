@@ -19,7 +19,7 @@ def test_time_fn_labels_the_device():
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
     ({"warmup": -1}, ValueError, "warmup"), ({"repeats": 0}, ValueError, "repeats"),
-    ({"repeats": 2.5}, ValueError, "repeats"), ({"device": 3}, TypeError, "device"),
+    ({"repeats": 2.5}, TypeError, "repeats"), ({"inner": 0}, ValueError, "inner"), ({"device": 3}, TypeError, "device"),
     ({"device": "meta"}, ValueError, "device"),
 ])
 def test_time_fn_bad_arguments(kwargs, error, match):
@@ -81,3 +81,37 @@ def test_oom_safe_passes_values_and_real_bugs():
     with pytest.raises(TypeError, match="fn"):
         run_oom_safe("x")
     free_memory()
+
+
+def test_time_fn_inner_loop_divides_by_the_calls():
+    calls = []
+    timing = time_fn(lambda: calls.append(1), warmup=0, repeats=2, device="cpu", inner=10)
+    assert len(calls) == 20 and len(timing.samples_s) == 2
+
+
+@pytest.mark.parametrize("profile", ["t4", "mps"])
+def test_time_fn_on_a_simulated_gpu_uses_its_clock(profile):
+    from simulated_gpu import simulated
+
+    with simulated(profile):
+        timing = time_fn(lambda: torch.ones(4, device="cuda" if profile == "t4" else "mps") * 2, repeats=2, inner=3)
+        assert timing.device == ("Tesla T4 (simulated on CPU) (CUDA events)" if profile == "t4"
+                                 else "Apple GPU (MPS, perf_counter)")
+        tflops, _ = matmul_tflops(32, repeats=1)
+        assert tflops > 0
+
+
+def test_time_fn_refuses_a_missing_apple_gpu():
+    from utils.env import mps_available
+
+    if not mps_available():
+        with pytest.raises(ValueError, match="MPS"):
+            time_fn(lambda: None, device="mps")
+    with pytest.raises(ValueError, match="device"):
+        time_fn(lambda: None, device="not-a-device")
+
+
+def test_pick_rejects_an_unknown_tier():
+    with pytest.raises(ValueError, match="tier"):
+        pick(1, {16: 1, 24: 2, 40: 3, 80: 4}, size="full", tier=32)
+    assert pick(1, {16: 1, 24: 2, 40: 3, 80: 4}, size="full", tier=40) == 3

@@ -104,6 +104,8 @@ def pick(quick: T, full: T | Mapping[int, T], *, tiny: T | None = None, size: Si
         return quick if tiny is None else tiny
     if size == "quick":
         return quick
+    if tier is not None and tier not in TIERS:
+        raise ValueError(f"tier must be one of {', '.join(map(str, TIERS))} or None, got {tier!r}")
     if isinstance(full, Mapping):
         missing = [t for t in TIERS if t not in full]
         if missing:

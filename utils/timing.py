@@ -1,6 +1,9 @@
-"""Timing that says where it was measured: CUDA events on a GPU, perf_counter on a CPU.
+"""Timing that says where it was measured: CUDA events on a GPU, perf_counter (with torch.mps.synchronize) on
+an Apple GPU, perf_counter on a CPU.
 
-Warm-up runs first (kernel selection, caches, lazy initialisation), then the median of repeats.
+Warm-up runs first (kernel selection, caches, lazy initialisation), then the median of repeats. A GPU runs
+kernels asynchronously: a call that takes microseconds is dominated by its launch overhead when timed alone, so
+`inner` calls run between one pair of events (or clock reads) and the time is divided by `inner`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from utils.validate import check_int
 
 
 @dataclass(frozen=True)
@@ -27,24 +32,41 @@ class Timing:
         return f"{self.median_s * 1e3:.3f} ms median of {len(self.samples_s)} on {self.device}"
 
 
-def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 5, device: str | torch.device | None = None
-            ) -> Timing:
-    """Time `fn()`: CUDA events when `device` is CUDA (default: CUDA if available), else perf_counter."""
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    for name, value, low in (("warmup", warmup, 0), ("repeats", repeats, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+def _resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None:
-        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    elif isinstance(device, str | torch.device):
-        dev = torch.device(device)
-    else:
+        from utils.env import default_device
+
+        return default_device()
+    if not isinstance(device, str | torch.device):
         raise TypeError(f"device must be a str, torch.device or None, got {type(device).__name__}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device must name a device such as 'cpu', 'cuda' or 'mps', got {device!r}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device is CUDA but torch.cuda.is_available() is False")
-    if dev.type not in ("cuda", "cpu"):
-        raise ValueError(f"device must be a CUDA device or the CPU, got {dev}")
+    if dev.type == "mps":
+        from utils.env import mps_available
+
+        if not mps_available():
+            raise ValueError("device is MPS but torch.backends.mps.is_available() is False")
+    if dev.type not in ("cuda", "mps", "cpu"):
+        raise ValueError(f"device must be a CUDA device, an Apple GPU (mps) or the CPU, got {dev}")
+    return dev
+
+
+def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 5, device: str | torch.device | None = None,
+            inner: int = 1) -> Timing:
+    """Time `fn()`: CUDA events when `device` is CUDA, perf_counter around torch.mps.synchronize() on an Apple
+    GPU, perf_counter on a CPU (default device: `utils.env.default_device()`). Each sample times `inner`
+    back-to-back calls between one pair of events and divides by `inner` (use inner > 1 for calls of a few
+    microseconds, whose launch overhead would otherwise be what is measured)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    check_int("warmup", warmup, minimum=0)
+    check_int("repeats", repeats, minimum=1)
+    check_int("inner", inner, minimum=1)
+    dev = _resolve_device(device)
 
     for _ in range(warmup):
         fn()
@@ -54,28 +76,33 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 5, device:
         for _ in range(repeats):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(inner):
+                fn()
             end.record()
             end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3)
+            samples.append(start.elapsed_time(end) / 1e3 / inner)
         label = f"{torch.cuda.get_device_name(dev)} (CUDA events)"
     else:
+        sync = torch.mps.synchronize if dev.type == "mps" else (lambda: None)
+        sync()
         for _ in range(repeats):
             t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-        label = "CPU (perf_counter)"
+            for _ in range(inner):
+                fn()
+            sync()
+            samples.append((time.perf_counter() - t0) / inner)
+        label = "Apple GPU (MPS, perf_counter)" if dev.type == "mps" else "CPU (perf_counter)"
     return Timing(median_s=statistics.median(samples), samples_s=tuple(samples), device=label)
 
 
 def matmul_tflops(n: int, dtype: torch.dtype = torch.float32, device: str | torch.device | None = None, *,
                   repeats: int = 5) -> tuple[float, Timing]:
     """Throughput of an n x n by n x n matmul in TFLOP/s (2 n^3 flops), with its timing."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    check_int("n", n, minimum=1)
+    check_int("repeats", repeats, minimum=1)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = _resolve_device(device)
     a = torch.randn(n, n, device=dev).to(dtype)
     b = torch.randn(n, n, device=dev).to(dtype)
     timing = time_fn(lambda: a @ b, repeats=repeats, device=dev)

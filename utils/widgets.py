@@ -14,6 +14,8 @@ from typing import Any
 import ipywidgets as widgets
 from IPython.display import display
 
+from utils.validate import check_int, check_str
+
 
 class Panel:
     """Controls that re-run `fn(**values)` on every change and show its result in an Output."""
@@ -73,13 +75,20 @@ class Panel:
 
 def slider(value: int, low: int, high: int, step: int = 1, description: str = "") -> widgets.IntSlider:
     """An integer slider with the course's layout (continuous_update off: one run per release)."""
+    for name, v in (("value", value), ("low", low), ("high", high)):
+        check_int(name, v)
+    check_int("step", step, minimum=1)
+    check_str("description", description, non_empty=False)
+    if not low <= value <= high:
+        raise ValueError(f"value must lie in [low, high] = [{low}, {high}], got {value}")
     return widgets.IntSlider(value=value, min=low, max=high, step=step, description=description,
                              continuous_update=False, style={"description_width": "initial"})
 
 
 def log2_slider(value: int, low: int, high: int, description: str = "") -> widgets.SelectionSlider:
     """A slider over powers of two from 2**low to 2**high (values are the ints themselves)."""
-    if not all(isinstance(v, int) for v in (value, low, high)) or not low <= high:
+    check_str("description", description, non_empty=False)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (value, low, high)) or not low <= high:
         raise ValueError(f"low <= high must be ints (exponents), got low={low!r}, high={high!r}")
     options = [2**k for k in range(low, high + 1)]
     if value not in options:
@@ -88,10 +97,17 @@ def log2_slider(value: int, low: int, high: int, description: str = "") -> widge
                                    continuous_update=False, style={"description_width": "initial"})
 
 
-def dropdown(options: list[Any] | dict[str, Any], value: Any = None, description: str = "") -> widgets.Dropdown:
+def dropdown(options: list[Any] | tuple[Any, ...] | dict[str, Any], value: Any = None,
+             description: str = "") -> widgets.Dropdown:
     """A dropdown with the course's layout."""
+    if not isinstance(options, list | tuple | dict):
+        raise TypeError(f"options must be a list, tuple or dict, got {type(options).__name__}")
     if not options:
         raise ValueError("options must not be empty")
-    first = next(iter(options.values())) if isinstance(options, dict) else options[0]
+    check_str("description", description, non_empty=False)
+    choices = list(options.values()) if isinstance(options, dict) else list(options)
+    if value is not None and not any(value is c or value == c for c in choices):
+        raise ValueError(f"value must be one of the options, got {value!r}")
+    first = choices[0]
     return widgets.Dropdown(options=options, value=first if value is None else value, description=description,
                             style={"description_width": "initial"})
