@@ -65,7 +65,17 @@ class Entry:
 
 
 def _entries() -> dict[str, Entry]:
-    from utils import formats, glossary, hosted, lab_server, outputs, results, sizes, tables, validate
+    from utils import (amp_trace, env, formats, glossary, hosted, lab_server, measure, models, outputs, plots, results,
+                       sizes, tables, timing, underflow, validate, widgets)
+
+    def model() -> torch.nn.Module:
+        return torch.nn.Linear(4, 4)
+
+    def step() -> None:
+        lin = torch.nn.Linear(4, 4)
+        lin(torch.randn(2, 4)).sum().backward()
+
+    dtype_bad = st.one_of(_junk, st.integers(), st.just("float16"))
 
     fmts = set(formats.FORMATS) if hasattr(formats, "FORMATS") else {"fp32", "fp16", "bf16"}
     return {
@@ -103,6 +113,55 @@ def _entries() -> dict[str, Entry]:
                                         {"only": st.text(max_size=3).filter(lambda s: not s.isdigit() or
                                                                              len(s) != 2 or s > "09")}),
         "utils.validate.check_int": Entry(validate.check_int, lambda: {"name": "n", "value": 3}, {}),
+        "utils.formats.describe": Entry(formats.describe, lambda: {"x": 0.1, "fmt": "bf16"}, {"fmt": _choice(fmts)}),
+        "utils.formats.spacing": Entry(formats.spacing, lambda: {"x": 0.1, "fmt": "bf16"}, {"fmt": _choice(fmts)}),
+        "utils.formats.format_properties": Entry(formats.format_properties, lambda: {"fmt": "fp8_e4m3"},
+                                                 {"fmt": _choice(fmts)}),
+        "utils.measure.tensor_bytes": Entry(measure.tensor_bytes, lambda: {"t": torch.zeros(3)}, {"t": "tensor"}),
+        "utils.measure.parameter_bytes": Entry(measure.parameter_bytes, lambda: {"model": model()},
+                                               {"model": "module", "trainable_only": "flag"}),
+        "utils.measure.gradient_bytes": Entry(measure.gradient_bytes, lambda: {"model": model()}, {"model": "module"}),
+        "utils.measure.optimizer_state_bytes": Entry(
+            measure.optimizer_state_bytes, lambda: {"optimizer": torch.optim.SGD(model().parameters(), lr=0.1)},
+            {"optimizer": "module"}),
+        "utils.measure.saved_activation_bytes": Entry(measure.saved_activation_bytes,
+                                                      lambda: {"fn": lambda: model()(torch.randn(2, 4))},
+                                                      {"fn": "callable"}),
+        "utils.measure.step_peak": Entry(measure.step_peak, lambda: {"step": step, "model": model()},
+                                         {"step": "callable", "model": "module", "warmup": "index"}),
+        "utils.timing.time_fn": Entry(timing.time_fn, lambda: {"fn": lambda: None, "repeats": 2},
+                                      {"fn": "callable", "warmup": "index", "repeats": "count"}),
+        "utils.timing.matmul_tflops": Entry(timing.matmul_tflops, lambda: {"n": 8, "repeats": 1},
+                                            {"n": "count", "dtype": dtype_bad, "repeats": "count"}),
+        "utils.timing.count_flops": Entry(timing.count_flops, lambda: {"fn": lambda: torch.ones(2, 2) @ torch.ones(2, 2)},
+                                          {"fn": "callable"}),
+        "utils.env.capability_gates": Entry(env.capability_gates, lambda: {"capability": (8, 0)},
+                                            {"capability": st.one_of(st.text(max_size=3), st.just((8,)),
+                                                                     st.just(("8", "0")), st.just((True, 0)))}),
+        "utils.env.device_info": Entry(env.device_info, lambda: {"device": "cpu"},
+                                       {"device": st.one_of(st.integers(), st.just("gpu0"), st.just(""))}),
+        "utils.env.parse_version": Entry(env.parse_version, lambda: {"text": "2.13.0+cpu"},
+                                         {"text": st.one_of(st.none(), st.integers(), st.just("two"))}),
+        "utils.models.gpt_batch": Entry(models.gpt_batch, lambda: {"cfg": models.GPTConfig(), "batch": 2},
+                                        {"cfg": "module", "batch": "count"}),
+        "utils.models.mlp": Entry(models.mlp, lambda: {}, {"d_in": "count", "hidden": "count", "depth": "count"}),
+        "utils.models.cnn": Entry(models.cnn, lambda: {}, {"channels": "count", "image": "count"}),
+        "utils.models.GPTConfig": Entry(models.GPTConfig, lambda: {},
+                                        {"n_layer": "count", "d_model": "count", "n_head": "count",
+                                         "seq_len": "count", "vocab_size": "count"}),
+        "utils.underflow.cast_outcomes": Entry(underflow.cast_outcomes, lambda: {"values": torch.ones(3)},
+                                               {"values": "tensor", "dtype": dtype_bad, "scale": "positive"}),
+        "utils.amp_trace.op_dtypes": Entry(amp_trace.op_dtypes, lambda: {"fn": lambda: torch.ones(2, 2) @ torch.ones(2, 2)},
+                                           {"fn": "callable", "device_type": _choice({"cpu", "cuda", "mps"})}),
+        "utils.tables.show_table": Entry(tables.show_table, lambda: {"rows": [[1]], "headers": ["a"]},
+                                         {"headers": st.one_of(st.just("ab"), st.just([]), st.just([1]))}),
+        "utils.widgets.slider": Entry(widgets.slider, lambda: {"value": 2, "low": 1, "high": 4},
+                                      {"value": st.one_of(_not_int, st.integers(min_value=5)), "step": "count"}),
+        "utils.widgets.dropdown": Entry(widgets.dropdown, lambda: {"options": ["a", "b"]},
+                                        {"options": st.one_of(st.just([]), st.none(), st.integers())}),
+        "utils.plots.memory_bar": Entry(plots.memory_bar, lambda: {"parts": {"params": 10}},
+                                        {"parts": st.one_of(st.just({}), st.none(), st.just({"a": -1}),
+                                                            st.just({"a": "x"})), "unit": "count"}),
     }
 
 

@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--claims", action="store_true", help="print the claims ledger from results/")
     parser.add_argument("--root", type=Path, default=None, help="results folder (default: the course's)")
     args = parser.parse_args(argv)
+    if args.root is not None and not args.root.is_dir():
+        parser.exit(2, f"utils.results: --root {args.root} is not a folder\n")
     if args.claims:
         print(claims_ledger(args.root))
     else:
