@@ -65,8 +65,11 @@ class Entry:
 
 
 def _entries() -> dict[str, Entry]:
-    from utils import (amp_trace, env, formats, glossary, hosted, lab_server, measure, models, outputs, plots, results,
-                       sizes, tables, timing, underflow, validate, widgets)
+    from utils import (amp_trace, env, estimate, formats, glossary, hosted, lab_server, measure, models, oom, outputs,
+                       plan, plots, profiling, results, sizes, tables, timing, underflow, validate, widgets)
+
+    shape = estimate.TransformerShape(n_layer=2, d_model=64, n_head=4, seq_len=32, vocab_size=128)
+    precisions, optimizers = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"}, {"sgd", "sgd-momentum", "adam", "adamw"}
 
     def model() -> torch.nn.Module:
         return torch.nn.Linear(4, 4)
@@ -113,6 +116,65 @@ def _entries() -> dict[str, Entry]:
                                         {"only": st.text(max_size=3).filter(lambda s: not s.isdigit() or
                                                                              len(s) != 2 or s > "09")}),
         "utils.validate.check_int": Entry(validate.check_int, lambda: {"name": "n", "value": 3}, {}),
+        "utils.estimate.estimate_memory": Entry(
+            estimate.estimate_memory, lambda: {"model": models.mlp(8, 16, 4, 1), "example_inputs": torch.randn(2, 8)},
+            {"model": "module", "optimizer": _choice(optimizers), "precision": _choice(precisions),
+             "checkpointing": "flag"}),
+        "utils.estimate.transformer_memory": Entry(
+            estimate.transformer_memory, lambda: {"shape": shape, "batch": 2},
+            {"shape": "module", "batch": "count", "optimizer": _choice(optimizers), "precision": _choice(precisions),
+             "checkpointing": "flag", "attention": _choice({"sdpa", "eager"})}),
+        "utils.estimate.transformer_activation_bytes": Entry(
+            estimate.transformer_activation_bytes, lambda: {"shape": shape, "batch": 2},
+            {"shape": "module", "batch": "count", "precision": _choice(precisions), "checkpointing": "flag"}),
+        "utils.estimate.will_it_fit": Entry(
+            estimate.will_it_fit, lambda: {"model": shape, "batch": 1, "seq_len": 32},
+            {"model": st.one_of(st.none(), st.integers(), st.just("no-such-model")), "batch": "count",
+             "seq_len": "count", "precision": _choice(precisions), "optimizer": _choice(optimizers),
+             "checkpointing": "flag"}),
+        "utils.estimate.param_dtype": Entry(estimate.param_dtype, lambda: {"precision": "bf16"},
+                                            {"precision": _choice(precisions)}),
+        "utils.estimate.autocast_dtype": Entry(estimate.autocast_dtype, lambda: {"precision": "bf16"},
+                                               {"precision": _choice(precisions)}),
+        "utils.estimate.state_bytes_per_element": Entry(
+            estimate.state_bytes_per_element, lambda: {"optimizer": "adamw", "precision": "fp32"},
+            {"optimizer": _choice(optimizers), "precision": _choice(precisions)}),
+        "utils.estimate.shape_of": Entry(estimate.shape_of, lambda: {"cfg": models.GPTConfig()}, {"cfg": "module"}),
+        "utils.estimate.TransformerShape": Entry(
+            estimate.TransformerShape, lambda: {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 8,
+                                                "vocab_size": 16},
+            {"n_layer": "count", "d_model": "count", "n_head": "count", "seq_len": "count", "vocab_size": "count"}),
+        "utils.plan.Choice": Entry(plan.Choice, lambda: {},
+                                   {"checkpointing": "flag", "micro_batch": "count", "accumulation": "count",
+                                    "lora_rank": "index", "precision": _choice({"fp32", "bf16-mixed", "bf16"}),
+                                    "offload_optimizer": "flag", "n_gpus": "count"}),
+        "utils.plan.plan": Entry(plan.plan, lambda: {"shape": shape, "budget_bytes": 2**30, "effective_batch": 8},
+                                 {"shape": "module", "budget_bytes": "count", "effective_batch": "count",
+                                  "n_gpus": "count", "lora_rank": "count", "allow_lora": "flag"}),
+        "utils.plan.lora_parameters": Entry(plan.lora_parameters, lambda: {"shape": shape, "rank": 4},
+                                            {"shape": "module", "rank": "count", "fused_qkv": "flag"}),
+        "utils.plan.memory_of": Entry(plan.memory_of, lambda: {"shape": shape, "choice": plan.Choice()},
+                                      {"shape": "module", "choice": "module"}),
+        "utils.plan.zero_bytes_per_gpu": Entry(plan.zero_bytes_per_gpu,
+                                               lambda: {"n_params": 10**6, "stage": 1, "n_gpus": 8},
+                                               {"n_params": "count", "stage": st.one_of(_not_int, st.integers(4, 99),
+                                                                                        st.integers(max_value=-1)),
+                                                "n_gpus": "count"}),
+        "utils.plan.usable_budget": Entry(plan.usable_budget, lambda: {"reported_bytes": 24 * 2**30},
+                                          {"reported_bytes": "count", "fragmentation": "fraction"}),
+        "utils.plan.costs": Entry(plan.costs, lambda: {"shape": shape, "choice": plan.Choice()},
+                                  {"shape": "module", "choice": "module", "pcie_gb_per_s": "positive"}),
+        "utils.profiling.census_growth": Entry(profiling.census_growth, lambda: {"before": profiling.live_tensors(),
+                                                                                "after": profiling.live_tensors()},
+                                               {"before": "module", "after": "module"}),
+        "utils.profiling.largest_fitting": Entry(profiling.largest_fitting, lambda: {"fits": lambda b: b <= 5},
+                                                 {"fits": "callable", "start": "count", "limit": "count"}),
+        "utils.profiling.snapshot_timeline": Entry(profiling.snapshot_timeline,
+                                                   lambda: {"snapshot": {"segments": [], "device_traces": [[]]}},
+                                                   {"snapshot": st.one_of(st.none(), st.integers(), st.just([])),
+                                                    "top": "count"}),
+        "utils.oom.run_oom_safe": Entry(oom.run_oom_safe, lambda: {"fn": lambda: 1}, {"fn": "callable"}),
+        "utils.oom.is_oom": Entry(oom.is_oom, lambda: {"exc": RuntimeError("x")}, {"exc": "module"}),
         "utils.formats.describe": Entry(formats.describe, lambda: {"x": 0.1, "fmt": "bf16"}, {"fmt": _choice(fmts)}),
         "utils.formats.spacing": Entry(formats.spacing, lambda: {"x": 0.1, "fmt": "bf16"}, {"fmt": _choice(fmts)}),
         "utils.formats.format_properties": Entry(formats.format_properties, lambda: {"fmt": "fp8_e4m3"},
