@@ -835,22 +835,23 @@ def run_notebook(path: str, profile: str, *, size: str = "tiny", cell_timeout: i
                  extra_env: dict[str, str] | None = None) -> tuple[list[CellFailure], list[str], float]:
     """Run a notebook in a fresh kernel with `profile` simulated; returns (failures, printed lines, seconds).
 
-    Every cell runs even after a failure (allow_errors), so one run reports every failing cell.
+    Every cell runs even after a failure (allow_errors), so one run reports every failing cell. The profile
+    "cpu" runs the notebook with no simulation at all (a baseline: does a cell fail at this size anyway?).
     """
     import tempfile
 
     import nbformat
     from nbclient import NotebookClient
 
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    if profile not in PROFILES and profile != "cpu":
+        raise ValueError(f"profile must be one of {sorted(PROFILES)} or 'cpu', got {profile!r}")
     nb = nbformat.read(path, as_version=4)
-    setup = nbformat.v4.new_code_cell(setup_cell_source(profile))
-    nb.cells.insert(0, setup)
+    setup = "pass" if profile == "cpu" else setup_cell_source(profile)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(setup))
     with tempfile.TemporaryDirectory(prefix="simgpu-") as tmp:
         env = dict(os.environ, COURSE_SIZE=size, COURSE_RECORD="0", MPLBACKEND="Agg",
                    PYTHONWARNINGS="ignore::DeprecationWarning")
-        if PROFILES[profile].kind == "cuda":
+        if profile != "cpu" and PROFILES[profile].kind == "cuda":
             env["PATH"] = fake_nvidia_smi_dir(tmp) + os.pathsep + env.get("PATH", "")
         env.update(extra_env or {})
         client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,

@@ -145,8 +145,10 @@ class CudaPeak:
     device: str = ""
     allocated_before: int = 0
     reserved_before: int = 0
+    requested_before: int = 0
     peak_allocated: int = 0
     peak_reserved: int = 0
+    peak_requested: int = 0
     allocated_after: int = 0
 
     @property
@@ -159,6 +161,12 @@ class CudaPeak:
         """How far the block pushed reserved memory (segments cudaMalloc'ed) above the start; the cache of
         freed blocks is emptied before the block begins, so stale cache from earlier cells is not in it."""
         return max(0, self.peak_reserved - self.reserved_before)
+
+    @property
+    def peak_requested_above_start(self) -> int:
+        """The same peak in bytes the code asked for (memory_stats' requested_bytes): without the allocator's
+        rounding to 512-byte multiples and the unsplit remainders of reused cached blocks."""
+        return max(0, self.peak_requested - self.requested_before)
 
 
 def _cuda_device(device: Any, name: str = "device") -> torch.device:
@@ -212,13 +220,15 @@ def cuda_peak(device: int | str | torch.device | None = None, *, warm_up: bool =
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(dev)
     record = CudaPeak(device=torch.cuda.get_device_name(dev), allocated_before=torch.cuda.memory_allocated(dev),
-                      reserved_before=torch.cuda.memory_reserved(dev))
+                      reserved_before=torch.cuda.memory_reserved(dev),
+                      requested_before=torch.cuda.memory_stats(dev).get("requested_bytes.all.current", 0))
     try:
         yield record
     finally:
         torch.cuda.synchronize(dev)
         record.peak_allocated = torch.cuda.max_memory_allocated(dev)
         record.peak_reserved = torch.cuda.max_memory_reserved(dev)
+        record.peak_requested = torch.cuda.memory_stats(dev).get("requested_bytes.all.peak", 0)
         record.allocated_after = torch.cuda.memory_allocated(dev)
 
 
