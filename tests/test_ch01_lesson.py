@@ -61,9 +61,13 @@ def test_notebook_formula_equals_utils_estimate(shape):
 def test_notebook_tracer_equals_utils_estimate(cfg, batch, precision):
     ns = lesson("traced_saved_bytes")
     traced = ns["traced_saved_bytes"](cfg, batch, precision)
+    shape = TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)
+    assert traced == transformer_activation_bytes(shape, batch, precision=precision, attention=cfg.attention)
     model = GPT(cfg)
     inputs = tuple(x.contiguous() for x in gpt_batch(cfg, batch))
-    assert traced == estimate_memory(model, inputs, precision=precision).activations
+    packaged = estimate_memory(model, inputs, precision=precision).activations
+    # utils' tracer runs a whole training step (twice); under FP16 autocast it counts a few bytes of scalars more.
+    assert abs(traced - packaged) <= (0 if precision != "fp16-mixed" else 64)
     if precision == "fp32":
         assert traced == saved_activation_bytes(model, *inputs)
 

@@ -34,6 +34,15 @@ CURVE_SEQS = pick([32, 64, 128, 256, 512], [32, 64, 128, 256, 1024], tiny=[16, 3
 CURVE_DEPTHS = pick([1, 2, 4, 8], [1, 2, 4, 8], tiny=[1, 2])
 CURVE_WIDTHS = pick([32, 64, 128, 256], [32, 64, 128, 256], tiny=[32, 64])
 
+# Section 6: the estimator against measured steps (a 2-layer GPT; each configuration costs two traced and two real
+# steps, so the CPU runs four that cover precision, optimizer, checkpointing and batch; a GPU runs all eight).
+_CONFIGS = [("fp32", "adamw", False, 4), ("fp32", "adamw", True, 4), ("fp32", "sgd", False, 4),
+            ("fp32", "sgd", True, 8), ("fp32", "adamw", False, 16), ("bf16-mixed", "adamw", False, 4),
+            ("bf16-mixed", "adamw", True, 4), ("bf16-mixed", "sgd", False, 8)]
+VALIDATE_CONFIGS = [{"precision": p, "optimizer": o, "checkpointing": ck, "batch": b}
+                    for p, o, ck, b in pick([_CONFIGS[i] for i in (0, 1, 4, 5)], _CONFIGS,
+                                            tiny=[_CONFIGS[i] for i in (0, 6)])]
+
 
 def gpt_config(size: str | None = None) -> GPTConfig:
     """Section 1's GPT for a size ('tiny', 'quick', 'full'; default: the current one)."""
