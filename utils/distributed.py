@@ -3,9 +3,11 @@
 `fsdp2_demo` shards a small transformer-style MLP with FSDP2 (`fully_shard`) over 2 gloo processes and measures,
 per rank, the bytes of the local shards of parameters, gradients and AdamW states after a step.
 
-`ddp_no_sync_demo` trains one accumulation step with DistributedDataParallel on the gloo backend (CPU, 2 processes
-on this machine), counting gradient all-reduces with a communication hook, with and without `no_sync()`, and
-compares the result with a single process computing the whole batch.
+`launch_script` is launching plumbing only: it runs a worker script (for example one a notebook cell wrote with
+`%%writefile`, so the lesson's code stands in the notebook) on `world_size` local processes with the usual
+torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), waits for every process
+under a time limit, kills the group of any that outlives it, and returns the JSON that rank 0 wrote to the path in
+the environment variable COURSE_DIST_OUT. Chapter 06's DDP `no_sync` worker and FSDP2 worker are written that way.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
-from contextlib import nullcontext
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from utils.validate import check_int, check_number
+
+OUT_ENV = "COURSE_DIST_OUT"
 
 
 def free_port() -> int:
@@ -35,56 +44,6 @@ def free_port() -> int:
 def _model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
-
-
-def _data(world_size: int, micro_batches: int, micro_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    n = world_size * micro_batches * micro_batch
-    return torch.randn(n, 16, generator=g), torch.randn(n, 4, generator=g)
-
-
-def _ddp_worker(rank: int, world_size: int, port: int, micro_batches: int, micro_batch: int, out: str) -> None:
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
-    try:
-        x, y = _data(world_size, micro_batches, micro_batch)
-        shard = slice(rank * micro_batches * micro_batch, (rank + 1) * micro_batches * micro_batch)
-        xs, ys = x[shard].chunk(micro_batches), y[shard].chunk(micro_batches)
-        results: dict[str, Any] = {}
-        for use_no_sync in (False, True):
-            model = DDP(_model())
-            calls = {"allreduce": 0}
-
-            def counting_allreduce(state, bucket):  # no annotations: DDP checks them, and they would be strings
-                state["allreduce"] += 1
-                tensor = bucket.buffer().div_(world_size)
-                return dist.all_reduce(tensor, async_op=True).get_future().then(lambda f: f.value()[0])
-
-            model.register_comm_hook(calls, counting_allreduce)
-            for i in range(micro_batches):
-                last = i == micro_batches - 1
-                context = model.no_sync() if use_no_sync and not last else nullcontext()
-                with context:
-                    loss = nn.functional.mse_loss(model(xs[i]), ys[i]) / micro_batches
-                    loss.backward()
-            grads = [p.grad.clone() for p in model.parameters()]
-            results["no_sync" if use_no_sync else "sync_every_micro_batch"] = {
-                "allreduce_calls": calls["allreduce"], "grads": [g.flatten().tolist() for g in grads]}
-        if rank == 0:
-            reference = _model()
-            nn.functional.mse_loss(reference(x), y).backward()
-            ref = torch.cat([p.grad.flatten() for p in reference.parameters()])
-            summary = {}
-            for key, value in results.items():
-                got = torch.cat([torch.tensor(g) for g in value["grads"]])
-                summary[key] = {"allreduce_calls": value["allreduce_calls"],
-                                "max_abs_diff_vs_single_process": (got - ref).abs().max().item()}
-            Path(out).write_text(json.dumps(summary))
-        dist.barrier()  # leave together: a rank exiting while its peer still works can abort the peer
-    finally:
-        dist.destroy_process_group()
 
 
 def _local_bytes(tensors: Any) -> int:
@@ -158,14 +117,74 @@ def fsdp2_demo(width: int = 64, world_size: int = 2, timeout_s: float = 90) -> d
     return _run_workers(_fsdp2_worker, world_size, (width,), timeout_s)
 
 
-def ddp_no_sync_demo(micro_batches: int = 4, micro_batch: int = 8, world_size: int = 2, timeout_s: float = 90
-                     ) -> dict[str, dict[str, float]]:
-    """Run the 2-process gloo DDP accumulation demo; return all-reduce counts and the gradient difference from
-    a single process on the whole batch, for syncing every micro-batch and for `no_sync()`. Processes that
-    outlive `timeout_s` are killed (RuntimeError)."""
-    for name, value in (("micro_batches", micro_batches), ("micro_batch", micro_batch), ("world_size", world_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if world_size < 2:
-        raise ValueError(f"world_size must be at least 2 for a distributed demo, got {world_size}")
-    return _run_workers(_ddp_worker, world_size, (micro_batches, micro_batch), timeout_s)
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill a worker and everything it started (it runs in its own process group)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    proc.wait()
+
+
+def launch_script(script: str | os.PathLike, *, world_size: int = 2, timeout_s: float = 60,
+                  args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run `python script *args` on `world_size` local processes as one torch.distributed job; return the JSON
+    that rank 0 wrote to os.environ["COURSE_DIST_OUT"].
+
+    Each process gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (what torchrun
+    sets), plus COURSE_DIST_OUT. All processes are joined; any still running after `timeout_s` seconds is killed with
+    its children, and a RuntimeError says so. A worker that fails raises a RuntimeError with the end of its stderr.
+    """
+    path = Path(script)
+    if not path.is_file():
+        raise ValueError(f"script must be an existing file, got {str(script)!r}")
+    check_int("world_size", world_size, minimum=2)
+    check_number("timeout_s", timeout_s, positive=True)
+    if not isinstance(args, tuple) or not all(isinstance(a, str) for a in args):
+        raise TypeError(f"args must be a tuple of str, got {args!r}")
+    if env is not None and not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                               for k, v in env.items())):
+        raise TypeError("env must be a dict of str to str or None")
+    root = str(Path(__file__).resolve().parent.parent)
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="dist-launch-") as tmp:
+        out = Path(tmp) / "result.json"
+        procs, logs = [], []
+        for rank in range(world_size):
+            penv = {**os.environ, **(env or {}), "RANK": str(rank), "LOCAL_RANK": str(rank),
+                    "WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                    OUT_ENV: str(out),
+                    "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+            log = open(Path(tmp) / f"rank{rank}.log", "w+b")  # noqa: SIM115 (closed below)
+            logs.append(log)
+            procs.append(subprocess.Popen([sys.executable, str(path), *args], env=penv, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + timeout_s
+        try:
+            for proc in procs:
+                try:
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    break
+            late = [rank for rank, proc in enumerate(procs) if proc.poll() is None]
+        finally:
+            for proc in procs:
+                _stop(proc)
+        tails = []
+        for log in logs:
+            log.seek(0)
+            tails.append(log.read().decode(errors="replace")[-1500:])
+            log.close()
+        if late:
+            raise RuntimeError(f"{path.name} did not finish within {timeout_s:g} s on ranks {late}; all {world_size} "
+                               "processes were killed")
+        failed = [(rank, proc.returncode) for rank, proc in enumerate(procs) if proc.returncode != 0]
+        if failed:
+            rank, code = failed[0]
+            raise RuntimeError(f"{path.name}: rank {rank} exited with code {code}; its output ends with:\n"
+                               f"{tails[rank]}")
+        if not out.exists():
+            raise RuntimeError(f"{path.name} finished but rank 0 wrote no result to ${OUT_ENV}")
+        return json.loads(out.read_text())

@@ -22,7 +22,7 @@ def token_cases(accumulate) -> None:
 
 def adam_cases(prediction, reasoning, displacement_ratio) -> None:
     """Another k and eps, gradients at the size of eps, and ordinary gradients over more steps."""
-    expect_displacement_ratio(displacement_ratio, [(4, 1e-8, 1e-8, 20), (3, 1.0, 1e-6, 15), (5, 1e-12, 1e-10, 10)])
+    expect_displacement_ratio(displacement_ratio, [(4, 1e-8, 1e-8, 8), (3, 1.0, 1e-6, 6), (5, 1e-12, 1e-10, 5)])
 
 
 def amp_cases(amp_accumulation_step) -> None:

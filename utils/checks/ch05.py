@@ -1,48 +1,225 @@
-"""Checks for lab 05 (gradient checkpointing)."""
+"""Checks for lab 05 (gradient checkpointing). The `expect_*` helpers run cases; the grader's hidden cases
+(grading/hidden/ch05.py) call them with other shapes, depths, budgets and seeds."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
-from utils.checks.core import CheckFailed, Verdict, expect_equal, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, run_check
 from utils.measure import saved_activation_bytes
 
 
-def _stack(n: int, d: int) -> nn.Sequential:
-    torch.manual_seed(0)
-    return nn.Sequential(*(nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
-                           for _ in range(n)))
+class MLPBlock(nn.Module):
+    """The chapter's residual block with a configurable hidden width: saves about (2 + 2*mult) inputs' worth."""
+
+    def __init__(self, d: int, mult: int = 4, dropout: float = 0.0, batchnorm: bool = False):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(d) if batchnorm else nn.LayerNorm(d)
+        self.up, self.down = nn.Linear(d, mult * d), nn.Linear(mult * d, d)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return x + self.down(self.drop(torch.nn.functional.gelu(self.up(self.norm(x)))))
 
 
-def check_segmented_forward(segmented_forward: Callable[[nn.Sequential, torch.Tensor, int], torch.Tensor]) -> Verdict:
-    """Exercise 5.1: k checkpointed segments save only k segment inputs, and give the plain gradients."""
+def make_stack(n: int, d: int, mult: int = 4, seed: int = 0, **kwargs) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(*(MLPBlock(d, mult, **kwargs) for _ in range(n)))
+
+
+def _grads(model: nn.Module) -> list[torch.Tensor | None]:
+    return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+
+def _expect_same_grads(model: nn.Module, reference: nn.Module, what: str, hint: str, atol: float = 1e-5) -> None:
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        if p.grad is None or not torch.allclose(p.grad, q.grad, atol=atol, rtol=1e-4):
+            raise CheckFailed(f"the plain forward's gradient for {name} ({what})", "a different or missing gradient",
+                              hint)
+
+
+# 5.1 -------------------------------------------------------------------------------------------------------------
+def expect_checkpoint_every(checkpoint_every: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
+    """cases: (blocks n, every, tokens, width). Blocks 0, every, 2*every, ... are checkpointed, the others not."""
+    for n, every, tokens, d in cases:
+        stack = make_stack(n, d, seed=n + every)
+        x = torch.randn(tokens, d, requires_grad=True)
+        one = saved_activation_bytes(make_stack(1, d), x.detach())
+        checkpointed = len(range(0, n, every))
+        expected = checkpointed * tokens * d * 4 + (n - checkpointed) * one
+        saved = saved_activation_bytes(checkpoint_every, stack, x, every)
+        expect_equal(saved, expected, f"saved bytes of {n} blocks with every {every}-th checkpointed "
+                     f"({tokens} tokens, width {d})",
+                     hint="checkpoint blocks 0, every, 2*every, ... (each keeps only its input) and run the others "
+                     "plainly (each keeps its ~10 inputs' worth).")
+        reference = copy.deepcopy(stack)
+        x_ref = x.detach().clone().requires_grad_(True)
+        reference(x_ref).pow(2).sum().backward()
+        out = checkpoint_every(stack, x, every)
+        if not isinstance(out, torch.Tensor) or out.shape != (tokens, d):
+            raise CheckFailed(f"an output of shape {(tokens, d)}", repr(getattr(out, "shape", out)),
+                              "return the last block's output.")
+        out.pow(2).sum().backward()
+        _expect_same_grads(stack, reference, f"n={n}, every={every}",
+                           "run every block once, in order; use checkpoint(block, x, use_reentrant=False).")
+
+
+def check_checkpoint_every(checkpoint_every: Callable) -> Verdict:
+    """Exercise 5.1: checkpoint every k-th block of a stack."""
+    return run_check("5.1", lambda: expect_checkpoint_every(checkpoint_every, [(6, 2, 8, 16), (7, 3, 4, 8)]),
+                     points=1)
+
+
+# 5.2 -------------------------------------------------------------------------------------------------------------
+PREDICT_CASE = (64, 8, 16, 8)  # depth, hidden multiplier, tokens, width
+
+
+def peak_bytes(depth: int, mult: int, tokens: int, d: int, k: int, _segments: dict | None = None) -> int:
+    """The chapter's CPU measure of a k-segment step's activation peak: k checkpoints + the longest segment."""
+    longest = -(-depth // k)
+    x = torch.randn(tokens, d)
+    cache = {} if _segments is None else _segments
+    if longest not in cache:
+        cache[longest] = saved_activation_bytes(make_stack(longest, d, mult), x)
+    return k * x.nbytes + cache[longest]
+
+
+def best_segments(depth: int, mult: int, tokens: int, d: int) -> tuple[int, list[int]]:
+    segments: dict[int, int] = {}  # saved bytes by segment length (segments of equal length save the same)
+    peaks = [peak_bytes(depth, mult, tokens, d, k, segments) for k in range(1, depth + 1)]
+    return 1 + min(range(depth), key=peaks.__getitem__), peaks
+
+
+def expect_optimal_segments(optimal_segments: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
+    """cases: (depth, mult, tokens, width): the learner's measured optimum must be within 2% of the true minimum."""
+    for depth, mult, tokens, d in cases:
+        got = optimal_segments(depth, mult, tokens, d)
+        if isinstance(got, bool) or not isinstance(got, int) or not 1 <= got <= depth:
+            raise CheckFailed(f"an int from 1 to {depth}", repr(got), "return the number of segments k.")
+        best, peaks = best_segments(depth, mult, tokens, d)
+        if peaks[got - 1] > 1.02 * peaks[best - 1]:
+            raise CheckFailed(f"k near {best} for depth {depth}, hidden multiplier {mult} (peak within 2% of the "
+                              f"minimum, {peaks[best - 1]:,} B)", f"k = {got} (peak {peaks[got - 1]:,} B)",
+                              "measure, for each k, the k checkpoints (k x the input's bytes) plus the saved bytes of "
+                              "the longest segment (ceil(depth / k) blocks) run without checkpointing; take the min.")
+
+
+def check_optimal_segments(prediction: int, reasoning: str, optimal_segments: Callable) -> Verdict:
+    """Exercise 5.2: predict the optimum number of segments for a wider block (within 25%), then measure it."""
 
     def body() -> None:
-        for n, k, batch, d in ((8, 2, 4, 16), (9, 3, 2, 8), (6, 6, 3, 8), (5, 2, 2, 8)):
-            stack = _stack(n, d)
-            x = torch.randn(batch, d, requires_grad=True)
-            saved = saved_activation_bytes(segmented_forward, stack, x, k)
-            expect_equal(saved, k * batch * d * 4, f"saved bytes of {n} blocks in {k} segments (batch {batch}, d {d})",
-                         hint="checkpoint every segment, the last one too, so that only each segment's input is kept; "
-                         "split n blocks into k consecutive groups.")
-            reference = copy.deepcopy(stack)
-            x_ref = x.detach().clone().requires_grad_(True)
-            reference(x_ref).pow(2).sum().backward()
-            out = segmented_forward(stack, x, k)
-            if out.shape != (batch, d):
-                raise CheckFailed(f"an output of shape {(batch, d)}", f"{tuple(out.shape)}",
-                                  "return the last block's output.")
-            out.pow(2).sum().backward()
-            for (name, p), q in zip(stack.named_parameters(), reference.parameters(), strict=True):
-                if p.grad is None or not torch.allclose(p.grad, q.grad, atol=1e-6):
-                    raise CheckFailed(f"the plain forward's gradient for {name}", "a different or missing gradient",
-                                      "run the blocks in order, each segment under torch.utils.checkpoint.checkpoint("
-                                      "..., use_reentrant=False).")
-            if not torch.allclose(x.grad, x_ref.grad, atol=1e-6):
-                raise CheckFailed("the input's gradient of the plain forward", "a different one", "chain all segments.")
+        guess = answered(prediction, "prediction")
+        if isinstance(guess, bool) or not isinstance(guess, int | float):
+            raise CheckFailed("prediction as a number of segments", repr(guess))
+        words = answered(reasoning, "reasoning")
+        if not isinstance(words, str) or len(words.split()) < 12:
+            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        best, _ = best_segments(*PREDICT_CASE)
+        if abs(guess - best) > 0.25 * best:
+            raise CheckFailed(f"a prediction within 25% of the measured optimum {best}", repr(guess),
+                              "count what one block saves in units of its input (c), then k* = sqrt(c * N).")
+        expect_optimal_segments(optimal_segments, [PREDICT_CASE, (16, 4, 8, 8)])
 
-    return run_check("5.1", body)
+    return run_check("5.2", body, points=2)
+
+
+# 5.3 -------------------------------------------------------------------------------------------------------------
+def schedule_peak(schedule: Sequence[int], block_bytes: int, input_bytes: int) -> int:
+    """Peak of a schedule (segment lengths; all but the last checkpointed): the checkpoints + the largest segment."""
+    return (len(schedule) - 1) * input_bytes + max(schedule) * block_bytes
+
+
+def best_recompute(depth: int, block_bytes: int, input_bytes: int, budget: int) -> int | None:
+    """The fewest recomputed blocks of any schedule within the budget (None if none fits)."""
+    best = None
+    for longest in range(1, depth + 1):
+        for last in range(1, longest + 1):
+            rest = depth - last
+            segments = 1 + -(-rest // longest)
+            if schedule_peak([longest] * (segments - 1) + [last] if rest else [last], block_bytes, input_bytes) \
+                    <= budget and (best is None or rest < best):
+                best = rest
+    return best
+
+
+def expect_schedule(plan_schedule: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
+    """cases: (depth, block_bytes, input_bytes, budget)."""
+    for depth, block_bytes, input_bytes, budget in cases:
+        got = plan_schedule(depth, block_bytes, input_bytes, budget)
+        best = best_recompute(depth, block_bytes, input_bytes, budget)
+        what = f"plan_schedule(depth={depth}, block_bytes={block_bytes:,}, input_bytes={input_bytes:,}, " \
+               f"budget={budget:,})"
+        if best is None:
+            if got is not None:
+                raise CheckFailed(f"{what} = None (no schedule fits)", repr(got),
+                                  "even one block per segment needs (depth - 1) inputs + one block.")
+            continue
+        if not isinstance(got, list | tuple) or not got or not all(isinstance(s, int) and s >= 1 for s in got) \
+                or sum(got) != depth:
+            raise CheckFailed(f"{what}: a list of positive segment lengths summing to {depth}", repr(got))
+        peak = schedule_peak(got, block_bytes, input_bytes)
+        if peak > budget:
+            raise CheckFailed(f"{what}: a peak within the budget", f"a peak of {peak:,} B",
+                              "peak = (segments - 1) x input_bytes + longest segment x block_bytes.")
+        recompute = depth - got[-1]
+        if recompute > best:
+            raise CheckFailed(f"{what}: {best} recomputed blocks or fewer", f"{recompute} recomputed",
+                              "the last segment is never recomputed: make it as long as the budget allows, and "
+                              "cover the rest with as few segments of at most that length as possible.")
+
+
+def check_schedule(plan_schedule: Callable) -> Verdict:
+    """Exercise 5.3: the schedule that fits a budget with the least recomputation, proven on a real stack."""
+
+    def body() -> None:
+        expect_schedule(plan_schedule, [(12, 1000, 100, 3000), (12, 1000, 100, 1500), (8, 500, 50, 4000),
+                                        (10, 1000, 100, 500)])
+        depth, tokens, d = 10, 8, 8  # a real run: the schedule's measured peak fits its budget
+        x = torch.randn(tokens, d)
+        block_bytes = saved_activation_bytes(make_stack(1, d), x)
+        budget = 3 * block_bytes + 4 * x.nbytes
+        schedule = plan_schedule(depth, block_bytes, x.nbytes, budget)
+        measured = (len(schedule) - 1) * x.nbytes + saved_activation_bytes(make_stack(max(schedule), d), x)
+        if measured > budget:
+            raise CheckFailed(f"a measured peak within {budget:,} B", f"{measured:,} B")
+
+    return run_check("5.3", body, points=2)
+
+
+# 5.4 -------------------------------------------------------------------------------------------------------------
+def expect_fixed_checkpoint(checkpointed_forward: Callable, cases: Sequence[tuple[int, int, float, int]]) -> None:
+    """cases: (tokens, width, dropout p, seed). A block with dropout and BatchNorm: gradients equal the plain run's,
+    running statistics updated once, only the input saved."""
+    for tokens, d, p, seed in cases:
+        torch.manual_seed(seed)
+        block = MLPBlock(d, 4, dropout=p, batchnorm=True).train()
+        reference = copy.deepcopy(block)
+        x = torch.randn(tokens, d)
+        torch.manual_seed(seed + 100)
+        reference(x).pow(2).sum().backward()
+        torch.manual_seed(seed + 100)
+        out = checkpointed_forward(block, x)
+        out.pow(2).sum().backward()
+        _expect_same_grads(block, reference, f"dropout {p}, {tokens} tokens",
+                           "the recomputation must draw the same dropout mask: checkpoint's preserve_rng_state.")
+        for name in ("running_mean", "running_var"):
+            if not torch.allclose(getattr(block.norm, name), getattr(reference.norm, name), atol=1e-6):
+                raise CheckFailed(f"BatchNorm's {name} updated once, as without checkpointing",
+                                  "updated twice (forward and recomputation)",
+                                  "during the recomputation, stop BatchNorm from updating its statistics (momentum "
+                                  "0 for that call), and restore it afterwards.")
+        saved = saved_activation_bytes(checkpointed_forward, block, x)
+        if saved > x.nbytes + 4 * d * 4:
+            raise CheckFailed(f"a checkpointed block that saves only its input ({x.nbytes:,} B)", f"{saved:,} B",
+                              "keep the checkpoint: fix it, do not remove it.")
+
+
+def check_fixed_checkpoint(checkpointed_forward: Callable) -> Verdict:
+    """Exercise 5.4: fix a checkpointed block that breaks dropout's randomness and BatchNorm's statistics."""
+    return run_check("5.4", lambda: expect_fixed_checkpoint(checkpointed_forward, [(16, 8, 0.5, 0), (32, 16, 0.2, 1)]),
+                     points=3)
+

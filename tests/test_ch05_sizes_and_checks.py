@@ -1,0 +1,101 @@
+"""Chapter 05: full sizes fit every GPU tier; tiny is the smallest; lab 05's checks reject planted wrong answers
+and the hidden cases catch an answer tuned to the public ones."""
+
+import importlib
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from utils.checks import ch05
+from utils.sizes import TIERS, tier_budget
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sizes(monkeypatch, size):
+    monkeypatch.setenv("COURSE_SIZE", size)
+    import utils.experiment_sizes.ch05 as mod
+    return importlib.reload(mod)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_every_full_size_experiment_fits_the_tier(tier):
+    from utils.experiment_sizes.ch05 import footprints
+
+    for name, nbytes in footprints(tier).items():
+        assert 0 < nbytes <= tier_budget(tier), (tier, name, nbytes / 2**30)
+
+
+def test_full_size_has_llm_like_token_counts(monkeypatch):
+    full = sizes(monkeypatch, "full")
+    assert full.WIDTH >= 768 and full.TOKENS >= 2048 and full.OPT_DEPTH == 64
+    tiny = sizes(monkeypatch, "tiny")
+    quick = sizes(monkeypatch, "quick")
+    assert tiny.WIDTH * tiny.TOKENS < quick.WIDTH * quick.TOKENS and max(tiny.DEPTHS) < max(quick.DEPTHS)
+    sizes(monkeypatch, "quick")
+
+
+def test_footprints_bad_tier():
+    from utils.experiment_sizes.ch05 import footprints
+
+    with pytest.raises(ValueError, match="tier"):
+        footprints(12)
+
+
+def test_optimum_is_sqrt_cn_for_the_chapter_block():
+    # c ~ 10 for the chapter's block (mult 4): the measured optimum at N = 64 is within the flat floor around 25
+    best, peaks = ch05.best_segments(64, 4, 8, 8)
+    assert abs(best - math.sqrt(10 * 64)) <= 8
+    assert peaks[7] > 1.1 * peaks[best - 1]  # sqrt(N) = 8 is clearly worse
+
+
+def test_schedule_planner_model():
+    assert ch05.schedule_peak([3, 3, 4], 100, 10) == 2 * 10 + 4 * 100
+    assert ch05.best_recompute(10, 100, 10, 10**6) == 0
+    assert ch05.best_recompute(10, 100, 10, 99) is None
+
+
+def off_by_one(stack, x, every):
+    for i, block in enumerate(stack):
+        x = checkpoint(block, x, use_reentrant=False) if (i + 1) % every == 0 else block(x)
+    return x
+
+
+def test_wrong_answers_fail_public_checks():
+    assert ch05.check_checkpoint_every(off_by_one).status == "failed"
+    assert ch05.check_fixed_checkpoint(
+        lambda b, x: checkpoint(b, x, use_reentrant=False, preserve_rng_state=False)).status == "failed"
+    assert ch05.check_fixed_checkpoint(lambda b, x: checkpoint(b, x, use_reentrant=False)).status == "failed"
+    assert ch05.check_schedule(lambda d, b, i, budget: [d]).status == "failed"
+    assert ch05.check_optimal_segments(..., ..., None).status == "not attempted"
+
+
+def hidden():
+    spec = importlib.util.spec_from_file_location("hidden05", ROOT / "grading" / "hidden" / "ch05.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.HIDDEN
+
+
+def test_hidden_cases_catch_an_answer_tuned_to_the_public_ones():
+    def tuned(stack, x, every):  # right only for the public strides (2 and 3)
+        for i, block in enumerate(stack):
+            x = checkpoint(block, x, use_reentrant=False) if i % every == 0 and every in (2, 3) else block(x)
+        return x
+
+    assert ch05.check_checkpoint_every(tuned).status == "passed"
+    with pytest.raises(ch05.CheckFailed):
+        hidden()["5.1"](tuned)
+    assert set(hidden()) == {"5.1", "5.2", "5.3", "5.4"}
+
+
+def test_block_saves_about_ten_inputs():
+    from utils.measure import saved_activation_bytes
+
+    x = torch.randn(8, 16)
+    c = saved_activation_bytes(ch05.make_stack(1, 16), x) / x.nbytes
+    assert 10 <= c < 11

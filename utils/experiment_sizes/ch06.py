@@ -1,0 +1,43 @@
+"""Chapter 06's experiment sizes (gradient accumulation), and what each full-size experiment needs per tier.
+
+The footprints are arithmetic in FP32: parameters, gradients and AdamW's two states (16 bytes per parameter) plus
+the activations of one micro-batch (Korthikanti et al.'s 34·s·b·h bytes per layer in 16-bit, doubled for FP32,
+with SDPA attention: no s² term) and the logits with their softmax and gradient. The distributed demos run on the
+CPU (gloo) at every size.
+"""
+
+from __future__ import annotations
+
+from utils.sizes import TIERS, pick
+
+FP32 = 4
+
+# (n_layer, d_model, seq_len, vocab) of the GPT that shows the token-count pitfall, and its batch (sequences)
+NORM_SHAPE: tuple[int, int, int, int] = pick((2, 32, 32, 64), (2, 256, 256, 64), tiny=(1, 16, 8, 16))
+NORM_BATCH: int = pick(16, 64, tiny=8)
+TRAIN_STEPS: int = pick(30, 200, tiny=3)  # optimizer steps of the drift experiment
+ADAM_STEPS: int = pick(30, 200, tiny=3)  # steps of the Adam-without-/k experiment (a small MLP)
+# the memory-vs-micro-batch experiment: (n_layer, d_model, seq_len, vocab) and the effective batch (sequences)
+MEM_SHAPE: tuple[int, int, int, int] = pick((2, 64, 64, 256), (4, 512, 512, 256), tiny=(1, 16, 8, 32))
+EFFECTIVE: int = pick(32, 64, tiny=8)
+MICRO_COUNTS: tuple[int, ...] = pick((1, 2, 4, 8), (1, 2, 4, 8, 16), tiny=(1, 2))
+
+
+def _gpt_step_bytes(n_layer: int, d: int, seq: int, vocab: int, batch: int) -> int:
+    params = n_layer * 12 * d * d + (vocab + seq) * d + vocab * d
+    states = 4 * params * FP32  # parameters, gradients, AdamW's exp_avg and exp_avg_sq
+    activations = n_layer * 2 * 34 * seq * batch * d
+    logits = 3 * batch * seq * vocab * FP32  # logits, softmax, their gradient
+    return states + activations + logits
+
+
+def footprints(tier: int) -> dict[str, int]:
+    """Peak bytes each full-size experiment of chapter 06 needs on a GPU of this memory tier (16, 24, 40, 80)."""
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    n_layer, d, seq, vocab = (2, 256, 256, 64)
+    ml, md, ms, mv = (4, 512, 512, 256)
+    return {
+        "token-count pitfall (big batch)": _gpt_step_bytes(n_layer, d, seq, vocab, 64),
+        "memory vs micro-batch size (k = 1, the whole effective batch)": _gpt_step_bytes(ml, md, ms, mv, 64),
+    }
