@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from utils.validate import check_instance, check_number
+
 LOW_PRECISION = (torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
 
 
@@ -24,13 +26,20 @@ class CastOutcomes:
 
 
 def cast_outcomes(values: torch.Tensor, dtype: torch.dtype = torch.float16, scale: float = 1.0) -> CastOutcomes:
-    """Cast `values * scale` to `dtype` and classify every nonzero value's fate."""
-    if not isinstance(values, torch.Tensor) or not values.is_floating_point():
-        raise TypeError("values must be a floating-point torch.Tensor")
+    """Cast `values * scale` to `dtype` and classify every nonzero value's fate.
+
+    The same on every supported torch: an E4M3 value beyond 448 counts as overflow whether this torch's eager cast
+    saturates it (torch >= 2.12) or turns it into NaN (before). For a large tensor pass a random sample (the
+    fractions are unbiased): the values are copied to float64 on their device.
+    """
+    check_instance("values", values, torch.Tensor)
+    if not values.is_floating_point():
+        raise TypeError(f"values must be a floating-point torch.Tensor, got dtype {values.dtype}")
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
     if dtype not in LOW_PRECISION:
         raise ValueError(f"dtype must be one of {LOW_PRECISION}, got {dtype!r}")
-    if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
-        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    scale = check_number("scale", scale, positive=True)
     x = values.detach().flatten().double()
     x = x[x != 0] * scale
     n = x.numel()
