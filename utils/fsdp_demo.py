@@ -44,7 +44,8 @@ def _phase_peaks(tracker: Any) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     stats = tracker.memory_tracking
     root = next(iter(stats.values()))  # the first module entered: the root
-    for keys, phase in ((("Peak Forward", "Peak-Forward"), "forward"), (("Peak Backward", "Peak-Backward"), "backward")):
+    phases = ((("Peak Forward", "Peak-Forward"), "forward"), (("Peak Backward", "Peak-Backward"), "backward"))
+    for keys, phase in phases:
         by_name = {getattr(s, "value", str(s)): v for s, v in root.snapshots.items()}
         snaps = next((by_name[k] for k in keys if k in by_name), [])
         best: dict[str, int] = {}

@@ -1,17 +1,28 @@
-"""The capstone's planner: fit a transformer's training into a memory budget, step by step, with reasons.
+"""The capstone's planner: fit a transformer's training into one GPU's memory, technique by technique.
 
-Per GPU, for a `TransformerShape` (see utils.estimate) at a micro-batch and sequence length:
-- parameters: FP32 master weights with mixed precision, BF16 weights in pure BF16; with LoRA the base model is
-  frozen in BF16 and only the adapters (rank r on the q, k, v and output projections: 8·r·d per layer) train;
-- gradients and optimizer states (Adam: two moments) for trainable parameters only;
-- activations: `transformer_activation_bytes` (exact for utils.models.GPT on CPU semantics); LoRA adds its
-  adapters' small inputs, which are not modelled;
-- sharding over N GPUs divides optimizer states (ZeRO-1), also gradients (ZeRO-2), also parameters (ZeRO-3/FSDP);
-- optimizer offloading moves Adam's states to host memory (0 bytes on the GPU).
+Chapter 09 builds this logic cell by cell in the notebook (a budget ledger, one technique per cell, each with
+its formula); this module packages the same functions for the widget and the lab, and tests/test_ch09_ledger.py
+checks that the notebook's functions and these give the same bytes on many inputs.
 
-`plan()` tries the techniques in order of cost: BF16 mixed precision, checkpointing, accumulation (smaller
-micro-batches at the same effective batch), sharding, optimizer offloading, LoRA; and stops at the first that
-fits, explaining each step with its breakdown.
+Per GPU, for a `TransformerShape` (utils.estimate) at a micro-batch, the ledger counts:
+- weights: FP32 under torch.amp (`bf16-mixed`: FP32 weights, ops cast per call), BF16 in pure BF16 and for a
+  frozen LoRA base, NF4 (4 bits plus block scales, 0.516 B/param) for a QLoRA base's block matrices;
+- gradients and optimizer states of the trainable parameters only: AdamW 8 B/param of FP32 state (4 in pure
+  BF16), torchao's AdamW8bit 2 x (1 + 4/256) and AdamW4bit 2 x (0.5 + 4/128) B/param (block-wise scales);
+- saved activations: chapter 01's formula (`utils.estimate.transformer_activation_bytes`), with the residual
+  stream in BF16 for a BF16 base and the logits up-cast to FP32 for the loss (as Hugging Face's loss does);
+- backward's transients: the FP32 gradient of the logits (tokens x vocabulary x 4 B) and, under
+  checkpointing, the one block whose activations are recomputed; LoRA's low-rank intermediates;
+- sharding over N GPUs (torch.amp's accounting): ZeRO-1 divides optimizer states, ZeRO-2 also gradients,
+  ZeRO-3/FSDP also weights, and then holds a gathered block (plus the prefetched next one) in the compute dtype;
+- offload: ZeRO-Offload keeps BF16 weights on the GPU and sends gradients to the host, where the FP32 master
+  weights and Adam's states live and the step runs; parameter offload (ZeRO-Infinity, FSDP2's
+  CPUOffloadPolicy) keeps only the blocks in use on the GPU.
+
+`costs` gives what each choice costs instead of memory: recomputation, communication per GPU, PCIe traffic.
+`usable_budget` turns the memory a GPU reports into the bytes a plan may use (headroom for the CUDA context,
+cuBLAS workspaces and allocator fragmentation). `plan()` tries the techniques in order of cost and stops at the
+first configuration that fits, explaining every step.
 """
 
 from __future__ import annotations
@@ -20,78 +31,251 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from utils.estimate import TransformerShape, transformer_activation_bytes
+from utils.validate import check_bool, check_choice, check_instance, check_int, check_number
 
+GIB = 2**30
+MIB = 2**20
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+OPTIMIZERS = ("adamw", "adamw8bit", "adamw4bit")
 SHARDING = ("none", "zero1", "zero2", "zero3")
+LORA_TARGETS = ("attention", "attention+mlp")
+
+# What torch reports as total memory (torch.cuda.get_device_properties(i).total_memory) for the GPUs workshops
+# rent, in GiB: less than the marketed GB. On a GPU the notebook reads the real figure instead.
+REPORTED_GIB: dict[str, float] = {"T4 (16 GB)": 14.7, "A10G (24 GB)": 22.5, "L4 (24 GB)": 22.0,
+                                  "RTX 4090 (24 GB)": 23.6, "A100 (40 GB)": 39.4, "A100 (80 GB)": 79.1,
+                                  "H100 (80 GB)": 79.1}
+# Headroom: the CUDA context (driver, kernels' code) takes 300-600 MiB of the reported memory and is invisible to
+# max_memory_allocated; cuBLAS keeps a workspace per handle and stream (up to 2 x 32 MiB on an H100); the caching
+# allocator loses some of what it reserves to fragmentation (chapter 07 measures 5-15% on uneven workloads).
+CUDA_CONTEXT_BYTES = 512 * MIB
+WORKSPACE_BYTES = 64 * MIB
+FRAGMENTATION = 0.10
+PCIE_GB_PER_S = 25.0  # PCIe 4.0 x16: 32 GB/s on paper, about 25 achieved host <-> device (pinned memory)
+
+
+def usable_budget(reported_bytes: int, context_bytes: int = CUDA_CONTEXT_BYTES,
+                  workspace_bytes: int = WORKSPACE_BYTES, fragmentation: float = FRAGMENTATION) -> int:
+    """Bytes a plan may fill on a GPU that reports `reported_bytes`: minus the CUDA context and the cuBLAS
+    workspaces, then minus a fraction lost to the allocator's fragmentation."""
+    check_int("reported_bytes", reported_bytes, minimum=1)
+    check_int("context_bytes", context_bytes, minimum=0)
+    check_int("workspace_bytes", workspace_bytes, minimum=0)
+    check_number("fragmentation", fragmentation, minimum=0.0, maximum=0.9)
+    return max(0, int((reported_bytes - context_bytes - workspace_bytes) * (1 - fragmentation)))
+
+
+def optimizer_state_bytes_per_param(optimizer: str, param_bytes: int = 4) -> float:
+    """Bytes of optimizer state per trainable parameter: AdamW's two moments in the parameter's dtype, or
+    torchao's 8-bit / 4-bit moments with one FP32 scale per block of 256 / 128 values (step counters aside)."""
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    check_choice("param_bytes", param_bytes, (2, 4))
+    if optimizer == "adamw":
+        return 2 * param_bytes
+    if optimizer == "adamw8bit":
+        return 2 * (1 + 4 / 256)
+    return 2 * (0.5 + 4 / 128)
+
+
+NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit codes, an 8-bit scale per 64, an FP32 per 256 scales
+
+
+def lora_parameters(shape: TransformerShape, rank: int, targets: str = "attention", fused_qkv: bool = False) -> int:
+    """Trainable parameters of rank-`rank` LoRA adapters: an adapter on a (d_in x d_out) matrix adds
+    rank x (d_in + d_out). "attention": q, k, v and the output projection (4 d x d matrices, or with
+    `fused_qkv` one d x 3d matrix and the d x d output); "attention+mlp" adds the MLP's d x 4d and 4d x d."""
+    check_instance("shape", shape, TransformerShape)
+    check_int("rank", rank, minimum=1)
+    check_choice("targets", targets, LORA_TARGETS)
+    check_bool("fused_qkv", fused_qkv)
+    d = shape.d_model
+    per_layer = rank * (d + 3 * d) + rank * (d + d) if fused_qkv else 4 * rank * (d + d)
+    if targets == "attention+mlp":
+        per_layer += rank * (d + 4 * d) + rank * (4 * d + d)
+    return shape.n_layer * per_layer
 
 
 @dataclass(frozen=True)
 class Choice:
-    """One training configuration."""
+    """One training configuration (per GPU)."""
 
-    precision: str = "fp32"  # "fp32", "bf16-mixed" or "bf16"
+    precision: str = "fp32"  # "fp32", "bf16-mixed" (torch.amp: FP32 weights) or "bf16" (pure BF16 weights)
     checkpointing: bool = False
     micro_batch: int = 1
     accumulation: int = 1
-    lora_rank: int = 0  # 0: full fine-tuning
+    optimizer: str = "adamw"  # "adamw", "adamw8bit", "adamw4bit" (torchao)
+    lora_rank: int = 0  # 0: full fine-tuning; r > 0: LoRA adapters on a frozen BF16 base
+    lora_targets: str = "attention"
+    quantize_base: bool = False  # QLoRA: the frozen base's block matrices in NF4 (needs lora_rank > 0)
     sharding: str = "none"
     n_gpus: int = 1
-    offload_optimizer: bool = False
+    offload_optimizer: bool = False  # ZeRO-Offload: FP32 master weights, Adam and the step on the host
+    offload_parameters: bool = False  # ZeRO-Infinity / FSDP2 CPUOffloadPolicy: weights on the host too
 
     def __post_init__(self) -> None:
-        if self.precision not in ("fp32", "bf16-mixed", "bf16"):
-            raise ValueError(f"precision must be 'fp32', 'bf16-mixed' or 'bf16', got {self.precision!r}")
-        if self.sharding not in SHARDING:
-            raise ValueError(f"sharding must be one of {SHARDING}, got {self.sharding!r}")
+        check_choice("precision", self.precision, PRECISIONS)
+        for name in ("checkpointing", "quantize_base", "offload_optimizer", "offload_parameters"):
+            check_bool(name, getattr(self, name))
         for name in ("micro_batch", "accumulation", "n_gpus"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
-            raise ValueError(f"lora_rank must be a non-negative int, got {self.lora_rank!r}")
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("lora_rank", self.lora_rank, minimum=0)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("lora_targets", self.lora_targets, LORA_TARGETS)
+        check_choice("sharding", self.sharding, SHARDING)
         if self.sharding != "none" and self.n_gpus < 2:
             raise ValueError("sharding needs n_gpus >= 2")
+        if self.quantize_base and not self.lora_rank:
+            raise ValueError("quantize_base (QLoRA) needs lora_rank > 0: an NF4 base is frozen")
+        if self.offload_parameters and not self.offload_optimizer:
+            raise ValueError("offload_parameters needs offload_optimizer=True (the host then runs the step)")
+        if (self.offload_optimizer or self.offload_parameters) and self.precision == "fp32":
+            raise ValueError("offload keeps BF16 weights on the GPU: use precision 'bf16-mixed' or 'bf16'")
+
+    @property
+    def regime(self) -> str:
+        """How the weights are kept: 'fp32', 'bf16-mixed' (FP32 weights), 'bf16' (BF16 weights) or a frozen
+        'bf16-base' / 'nf4-base' under LoRA, or 'offload' (BF16 on the GPU, FP32 master on the host)."""
+        if self.lora_rank:
+            return "nf4-base" if self.quantize_base else "bf16-base"
+        if self.offload_optimizer:
+            return "offload"
+        return self.precision
 
     def describe(self) -> str:
-        parts = [self.precision, f"micro-batch {self.micro_batch} x {self.accumulation} accumulation"]
+        parts = [self.precision if not self.lora_rank else "BF16 compute",
+                 f"micro-batch {self.micro_batch} x {self.accumulation} accumulation"]
         parts += ["checkpointing"] if self.checkpointing else []
-        parts += [f"LoRA r={self.lora_rank}"] if self.lora_rank else []
+        parts += [self.optimizer] if self.optimizer != "adamw" else []
+        if self.lora_rank:
+            base = "NF4 base (QLoRA)" if self.quantize_base else "BF16 base"
+            parts += [f"LoRA r={self.lora_rank} on {self.lora_targets}, {base}"]
         parts += [f"{self.sharding.upper()} over {self.n_gpus} GPUs"] if self.sharding != "none" else []
-        parts += ["optimizer offloaded to CPU"] if self.offload_optimizer else []
+        parts += ["parameters and optimizer offloaded to the host" if self.offload_parameters else
+                  "optimizer offloaded to the host (ZeRO-Offload)"] if self.offload_optimizer else []
         return ", ".join(parts)
 
 
-def lora_parameters(shape: TransformerShape, rank: int) -> int:
-    """Trainable parameters of rank-`rank` adapters on the q, k, v and output projections (d x d each)."""
-    return shape.n_layer * 4 * rank * (shape.d_model + shape.d_model)
+def block_parameters(shape: TransformerShape) -> int:
+    """Parameters of one transformer block: 12 d^2 in matrices plus 13 d in biases and LayerNorms."""
+    return 12 * shape.d_model**2 + 13 * shape.d_model
+
+
+def activation_terms(shape: TransformerShape, micro_batch: int, regime: str, checkpointing: bool) -> dict[str, int]:
+    """Chapter 01's saved activations for a regime, and backward's transients:
+    - saved: what autograd keeps until backward (a BF16 base runs its residual stream in BF16, and its logits
+      are up-cast to FP32 for the loss: 2 more bytes per logit than the pure-BF16 formula counts);
+    - recomputed block: under checkpointing, backward re-runs one block and holds its activations;
+    - logits gradient: the FP32 gradient of tokens x vocabulary logits, alive at the start of backward."""
+    check_int("micro_batch", micro_batch, minimum=1)
+    check_bool("checkpointing", checkpointing)
+    precision = {"fp32": "fp32", "bf16-mixed": "bf16-mixed", "bf16": "bf16", "offload": "bf16",
+                 "bf16-base": "bf16", "nf4-base": "bf16"}[check_choice(
+                     "regime", regime, ("fp32", "bf16-mixed", "bf16", "offload", "bf16-base", "nf4-base"))]
+    tokens_x_vocab = micro_batch * shape.seq_len * shape.vocab_size
+    saved = transformer_activation_bytes(shape, micro_batch, precision=precision, checkpointing=checkpointing)
+    if precision == "bf16":
+        saved += 2 * tokens_x_vocab  # FP32 logits for the loss instead of BF16 ones
+    one = replace(shape, n_layer=1)
+    two = replace(shape, n_layer=2)
+    per_block = (transformer_activation_bytes(two, micro_batch, precision=precision)
+                 - transformer_activation_bytes(one, micro_batch, precision=precision))
+    return {"saved activations": saved, "recomputed block": per_block if checkpointing else 0,
+            "logits gradient (FP32)": 4 * tokens_x_vocab}
 
 
 def memory_of(shape: TransformerShape, choice: Choice) -> dict[str, int]:
-    """Bytes per GPU of each part of one training step under `choice`."""
-    if not isinstance(shape, TransformerShape):
-        raise TypeError(f"shape must be a TransformerShape, got {type(shape).__name__}")
-    if not isinstance(choice, Choice):
-        raise TypeError(f"choice must be a Choice, got {type(choice).__name__}")
-    n = shape.n_params
+    """The budget ledger: bytes per GPU of each part of one training step under `choice`."""
+    check_instance("shape", shape, TransformerShape)
+    check_instance("choice", choice, Choice)
+    n, d, n_gpus = shape.n_params, shape.d_model, choice.n_gpus
+    block = block_parameters(shape)
+    regime = choice.regime
     if choice.lora_rank:
-        trainable = lora_parameters(shape, choice.lora_rank)
-        weights = 2 * n + 4 * trainable  # frozen BF16 base, FP32 adapters
-        grads, states = 4 * trainable, 8 * trainable
+        trainable = lora_parameters(shape, choice.lora_rank, choice.lora_targets)
+        if choice.quantize_base:
+            matrices = shape.n_layer * 12 * d * d
+            weights = NF4_BYTES_PER_PARAM * matrices + 2 * (n - matrices)
+        else:
+            weights = 2 * n
+        weights += 4 * trainable  # FP32 adapters
+        grads, states = 4 * trainable, optimizer_state_bytes_per_param(choice.optimizer, 4) * trainable
+    elif choice.offload_optimizer:  # BF16 weights on the GPU; a bucket of one block's BF16 gradients in flight
+        weights, grads, states = 2 * n, 2 * block, 0
+        if choice.offload_parameters:  # only the block in use and the prefetched next one
+            weights = 2 * 2 * max(block, shape.vocab_size * d)
     else:
         size = 2 if choice.precision == "bf16" else 4
-        weights, grads, states = size * n, size * n, 2 * size * n
-    shards = choice.n_gpus
+        weights, grads = size * n, size * n
+        states = optimizer_state_bytes_per_param(choice.optimizer, size) * n
+    gathered = 0
     if choice.sharding in ("zero1", "zero2", "zero3"):
-        states //= shards
+        states /= n_gpus
     if choice.sharding in ("zero2", "zero3"):
-        grads //= shards
+        grads /= n_gpus
     if choice.sharding == "zero3":
-        weights //= shards
+        weights /= n_gpus
+        gathered = 2 * 2 * block  # the all-gathered block and the prefetched next one, in BF16
+    parts = {"weights": int(weights), "gradients": int(grads), "optimizer states": int(states)}
+    if gathered:
+        parts["gathered blocks (ZeRO-3)"] = gathered
+    parts |= activation_terms(shape, choice.micro_batch, regime, choice.checkpointing)
+    if choice.lora_rank:  # each adapter saves its rank-r intermediate (FP32)
+        per_layer = 4 if choice.lora_targets == "attention" else 6
+        parts["LoRA intermediates"] = shape.n_layer * per_layer * choice.micro_batch * shape.seq_len * \
+            choice.lora_rank * 4
+        if choice.quantize_base:  # linear_nf4 dequantizes one matrix at a time to BF16
+            parts["dequantized matrix (NF4)"] = 2 * 4 * d * d
+    return parts
+
+
+def zero_bytes_per_gpu(n_params: int, stage: int, n_gpus: int, accounting: str = "zero-paper") -> float:
+    """Model states per GPU (weights, gradients, optimizer states; no activations) under ZeRO stage 0-3.
+    "zero-paper": Rajbhandari et al. 2020's mixed precision (FP16 weights 2, FP16 gradients 2, K = 12 bytes of
+    FP32 master weights and Adam moments); "torch.amp": FP32 weights 4, FP32 gradients 4, Adam moments 8."""
+    check_int("n_params", n_params, minimum=1)
+    check_choice("stage", stage, (0, 1, 2, 3))
+    check_int("n_gpus", n_gpus, minimum=1)
+    check_choice("accounting", accounting, ("zero-paper", "torch.amp"))
+    w, g, k = (2, 2, 12) if accounting == "zero-paper" else (4, 4, 8)
+    if stage >= 1:
+        k = k / n_gpus
+    if stage >= 2:
+        g = g / n_gpus
+    if stage >= 3:
+        w = w / n_gpus
+    return (w + g + k) * n_params
+
+
+def costs(shape: TransformerShape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S) -> dict[str, float]:
+    """What a choice costs instead of memory, per optimizer step:
+    - recompute: checkpointing re-runs each block's forward: about 1/3 more compute for the blocks
+      (a forward is about 1/3 of forward + backward);
+    - communication bytes per GPU (ring collectives): DDP, ZeRO-1 and ZeRO-2 move 2 (N-1)/N x the gradients
+      once per optimizer step; ZeRO-3 all-gathers the weights in forward and in backward of every micro-batch
+      and reduce-scatters the gradients: (2 x accumulation + 1) (N-1)/N x the BF16 weights;
+    - PCIe bytes: ZeRO-Offload sends BF16 gradients down and BF16 weights up once per optimizer step (4 B/param);
+      parameter offload also brings the weights up twice per micro-batch; LoRA and others: none;
+    - PCIe seconds at `pcie_gb_per_s` (decimal GB/s)."""
+    check_instance("shape", shape, TransformerShape)
+    check_instance("choice", choice, Choice)
+    check_number("pcie_gb_per_s", pcie_gb_per_s, positive=True)
+    n = shape.n_params if not choice.lora_rank else lora_parameters(shape, choice.lora_rank, choice.lora_targets)
+    n_gpus = choice.n_gpus
+    ring = (n_gpus - 1) / n_gpus
+    grad_size = 4 if choice.precision in ("fp32", "bf16-mixed") and not choice.offload_optimizer else 2
+    if n_gpus == 1:
+        comm = 0.0
+    elif choice.sharding == "zero3":
+        comm = (2 * choice.accumulation + 1) * ring * 2 * n
+    else:
+        comm = 2 * ring * grad_size * n
+    pcie = 0.0
     if choice.offload_optimizer:
-        states = 0
-    precision = "bf16-mixed" if choice.lora_rank and choice.precision == "fp32" else choice.precision
-    acts = transformer_activation_bytes(shape, choice.micro_batch, precision=precision,
-                                        checkpointing=choice.checkpointing)
-    return {"parameters": weights, "gradients": grads, "optimizer states": states, "activations": acts}
+        pcie = 4.0 * shape.n_params
+        if choice.offload_parameters:
+            pcie += 2 * 2.0 * shape.n_params * choice.accumulation
+    return {"recompute %": 100 / 3 if choice.checkpointing else 0.0, "communication bytes": comm,
+            "PCIe bytes": pcie, "PCIe seconds": pcie / (pcie_gb_per_s * 1e9)}
 
 
 @dataclass
@@ -123,16 +307,18 @@ def _largest_micro_batch(shape: TransformerShape, choice: Choice, budget: int, e
 
 
 def plan(shape: TransformerShape, budget_bytes: int, effective_batch: int, *, n_gpus: int = 1,
-         allow_lora: bool = True, lora_rank: int = 16) -> Plan:
-    """The least intrusive configuration that fits `budget_bytes` per GPU, with the reasoning of each step."""
-    if not isinstance(budget_bytes, int) or budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be a positive int, got {budget_bytes!r}")
-    if not isinstance(effective_batch, int) or effective_batch < 1:
-        raise ValueError(f"effective_batch must be a positive int, got {effective_batch!r}")
-    if not isinstance(n_gpus, int) or n_gpus < 1:
-        raise ValueError(f"n_gpus must be a positive int, got {n_gpus!r}")
-    gib = 2**30
-    choice = Choice(micro_batch=effective_batch, n_gpus=n_gpus)
+         allow_lora: bool = True, lora_rank: int = 16, allow_offload: bool = True) -> Plan:
+    """The least intrusive configuration that fits `budget_bytes` per GPU (use `usable_budget` for a GPU), with
+    the reasoning of each step. Order: BF16 mixed precision, checkpointing, accumulation, 8-bit AdamW,
+    sharding (n_gpus > 1), optimizer offload, parameter offload (still full fine-tuning), then LoRA on a BF16
+    base and QLoRA on an NF4 base (a different training: only adapters learn)."""
+    check_instance("shape", shape, TransformerShape)
+    check_int("budget_bytes", budget_bytes, minimum=1)
+    check_int("effective_batch", effective_batch, minimum=1)
+    check_int("n_gpus", n_gpus, minimum=1)
+    check_bool("allow_lora", allow_lora)
+    check_int("lora_rank", lora_rank, minimum=1)
+    check_bool("allow_offload", allow_offload)
     steps: list[str] = []
     history: list[tuple[str, int]] = []
 
@@ -140,79 +326,131 @@ def plan(shape: TransformerShape, budget_bytes: int, effective_batch: int, *, n_
         parts = memory_of(shape, c)
         p = Plan(c, parts, budget_bytes, steps, history)
         history.append((reason, p.total))
-        detail = ", ".join(f"{k} {v / gib:.1f}" for k, v in parts.items())
-        steps.append(f"{reason}: {p.total / gib:.1f} GiB per GPU ({detail}) -> "
-                     f"{'fits' if p.fits else 'does not fit'} in {budget_bytes / gib:.1f} GiB")
+        big = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
+        detail = ", ".join(f"{k} {v / GIB:.1f}" for k, v in big)
+        steps.append(f"{reason}: {p.total / GIB:.1f} GiB per GPU (largest: {detail}) -> "
+                     f"{'fits' if p.fits else 'does not fit'} in {budget_bytes / GIB:.1f} GiB")
         return p
 
-    candidates = [("full fine-tuning in FP32, whole batch at once", choice)]
-    choice = replace(choice, precision="bf16-mixed")
-    candidates.append(("BF16 mixed precision", choice))
-    choice = replace(choice, checkpointing=True)
-    candidates.append(("+ activation checkpointing", choice))
-    for reason, c in candidates:
-        current = note(reason, c)
-        if current.fits:
-            return current
     def widest(c: Choice, p: Plan) -> Plan:
         """Once a configuration fits, take the largest micro-batch that still does (fewer accumulation steps)."""
-        best = _largest_micro_batch(shape, replace(c, micro_batch=1), budget_bytes, effective_batch)
-        if best.micro_batch == c.micro_batch:
+        best = _largest_micro_batch(shape, replace(c, micro_batch=1, accumulation=effective_batch),
+                                    budget_bytes, effective_batch)
+        if best.micro_batch <= c.micro_batch or sum(memory_of(shape, best).values()) > budget_bytes:
             return p
         return note(f"the largest micro-batch that fits: {best.micro_batch} x {best.accumulation} accumulation", best)
 
+    choice = Choice(micro_batch=effective_batch, n_gpus=n_gpus)
+    current = note("full fine-tuning in FP32, whole batch at once", choice)
+    if current.fits:
+        return current
+    choice = replace(choice, precision="bf16-mixed")
+    current = note("BF16 mixed precision (torch.amp: FP32 weights, BF16 compute)", choice)
+    if current.fits:
+        return current
+    choice = replace(choice, checkpointing=True)
+    current = note("+ activation checkpointing", choice)
+    if current.fits:
+        return current
     choice = _largest_micro_batch(shape, replace(choice, micro_batch=1), budget_bytes, effective_batch)
     current = note(f"+ gradient accumulation ({choice.accumulation} micro-batches of {choice.micro_batch})", choice)
     if current.fits:
         return current
+    choice = replace(choice, optimizer="adamw8bit")
+    current = note("+ 8-bit AdamW (torchao: 2.03 B/param of state instead of 8)", choice)
+    if current.fits:
+        return widest(choice, current)
     if n_gpus > 1:
         for stage in ("zero1", "zero2", "zero3"):
             choice = replace(choice, sharding=stage)
             current = note(f"+ {stage.upper()} sharding over {n_gpus} GPUs", choice)
             if current.fits:
                 return widest(choice, current)
-    choice = replace(choice, offload_optimizer=True)
-    current = note("+ optimizer states offloaded to CPU memory", choice)
-    if current.fits:
-        return widest(choice, current)
+    if allow_offload:
+        choice = replace(choice, offload_optimizer=True, optimizer="adamw")
+        current = note("+ optimizer offload (ZeRO-Offload: BF16 weights on the GPU, FP32 master and Adam on the "
+                       "host)", choice)
+        if current.fits:
+            return widest(choice, current)
+        choice = replace(choice, offload_parameters=True)
+        current = note("+ parameter offload (ZeRO-Infinity / FSDP2 CPUOffloadPolicy: only the blocks in use on "
+                       "the GPU)", choice)
+        if current.fits:
+            return widest(choice, current)
     if allow_lora:
-        choice = replace(choice, lora_rank=lora_rank, offload_optimizer=False, sharding="none" if n_gpus == 1 else
-                         choice.sharding)
-        current = note(f"LoRA rank {lora_rank} on the attention projections instead of full fine-tuning "
+        choice = replace(choice, lora_rank=lora_rank, offload_optimizer=False, offload_parameters=False,
+                         optimizer="adamw", sharding="none" if n_gpus == 1 else choice.sharding)
+        choice = replace(choice, micro_batch=1, accumulation=effective_batch)
+        current = note(f"LoRA rank {lora_rank} on the attention projections, frozen BF16 base "
                        f"({lora_parameters(shape, lora_rank) / 1e6:.1f}M trainable)", choice)
+        if current.fits:
+            return widest(choice, current)
+        choice = replace(choice, quantize_base=True)
+        current = note("QLoRA: the frozen base's block matrices in NF4", choice)
         if current.fits:
             return widest(choice, current)
     steps.append("nothing tried fits: a smaller model, a shorter sequence, more GPUs or a larger GPU are left")
     return current
 
 
-def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tuple[int, list[float]]:
-    """Train `utils.models.GPT(cfg)` for `steps` optimizer steps as `choice` says (precision, checkpointing,
-    micro-batches and accumulation, LoRA through peft), and measure the peak of one micro-batch's step:
-    `max_memory_allocated` on a GPU, MemTracker on a CPU (which cannot follow k forwards of one module per
-    step, and needs not: accumulation only keeps the gradients, which that step already holds).
-    Returns (peak bytes, the loss of each optimizer step). Sharding and offloading need several processes or
-    a host copy and are not run here (ValueError)."""
+def _no_compile(fn: Any = None, **_: Any) -> Any:
+    """torch.compile's stand-in while a torchao optimizer steps on a CPU: the same step function, run eagerly
+    (compiling it takes about a minute on a small CPU and changes no byte of state)."""
+    return fn if fn is not None else (lambda f: f)
+
+
+def make_optimizer(name: str, params: Any, lr: float) -> Any:
+    """AdamW from torch, or torchao's AdamW8bit / AdamW4bit."""
     import torch
 
+    check_choice("name", name, OPTIMIZERS)
+    check_number("lr", lr, positive=True)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
+    from torchao.optim import AdamW4bit, AdamW8bit
+
+    return (AdamW8bit if name == "adamw8bit" else AdamW4bit)(params, lr=lr)
+
+
+def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tuple[int, list[float]]:
+    """Train `utils.models.GPT(cfg)` for `steps` optimizer steps as `choice` says (precision, checkpointing,
+    micro-batches and accumulation, optimizer, LoRA on the attention's qkv and proj through peft), and measure
+    the peak of one micro-batch's step with `utils.measure.step_peak` (a CUDA peak on a GPU, MemTracker on a
+    CPU). Returns (peak bytes, the loss of each optimizer step). Sharding, offload and NF4 bases need several
+    processes, a host copy or a CUDA kernel and are not run here (ValueError)."""
+    from contextlib import nullcontext
+    from unittest import mock
+
+    import torch
+    import torch.nn.functional as F
+
+    from utils.env import default_device
     from utils.measure import step_peak
     from utils.models import GPT, GPTConfig, gpt_batch
 
-    if not isinstance(cfg, GPTConfig):
-        raise TypeError(f"cfg must be a utils.models.GPTConfig, got {type(cfg).__name__}")
-    if not isinstance(choice, Choice):
-        raise TypeError(f"choice must be a Choice, got {type(choice).__name__}")
-    if choice.sharding != "none" or choice.offload_optimizer:
-        raise ValueError("run_choice runs one process on one device: no sharding or optimizer offloading")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_instance("cfg", cfg, GPTConfig)
+    check_instance("choice", choice, Choice)
+    check_int("steps", steps, minimum=1, maximum=10_000)
+    check_int("seed", seed, minimum=0)
+    if choice.sharding != "none" or choice.offload_optimizer or choice.quantize_base:
+        raise ValueError("run_choice runs one process on one device: no sharding, offload or NF4 base")
+    if choice.lora_targets != "attention":
+        raise ValueError("run_choice adapts the attention only (qkv and proj)")
+    device = default_device()
     torch.manual_seed(seed)
     model = GPT(replace(cfg, checkpointing=choice.checkpointing)).to(device)
+    bf16_base = bool(choice.lora_rank) or choice.precision == "bf16"
     if choice.lora_rank:
+        import warnings
+
         from peft import LoraConfig, inject_adapter_in_model
 
         model = model.to(torch.bfloat16)  # the frozen base in BF16, as memory_of assumes
-        model = inject_adapter_in_model(LoraConfig(r=choice.lora_rank, lora_alpha=2 * choice.lora_rank,
-                                                   target_modules=["qkv", "proj"]), model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # "qkv" and "proj" match attn.qkv and attn.proj only: the MLP's layers are mlp.0 and mlp.2
+            model = inject_adapter_in_model(LoraConfig(r=choice.lora_rank, lora_alpha=2 * choice.lora_rank,
+                                                       target_modules=["qkv", "proj"]), model)
         for name, p in model.named_parameters():
             p.requires_grad = "lora_" in name
             if p.requires_grad:
@@ -220,27 +458,36 @@ def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tupl
     elif choice.precision == "bf16":
         model = model.to(torch.bfloat16)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=3e-3)
-    autocast_dtype = torch.bfloat16 if (choice.precision == "bf16-mixed" or choice.lora_rank) else None
+    opt = make_optimizer(choice.optimizer, trainable, lr=3e-3)
+    use_autocast = choice.precision == "bf16-mixed" or bool(choice.lora_rank)
     x, y = gpt_batch(cfg, choice.micro_batch * choice.accumulation, device=device, seed=seed)
+    no_compile = mock.patch.object(torch, "compile", _no_compile) if choice.optimizer != "adamw" else nullcontext()
 
     def micro_step(xs: torch.Tensor, ys: torch.Tensor) -> float:
-        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            loss = model(xs, ys)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_autocast):
+            logits = model(xs)
+        if bf16_base:
+            logits = logits.float()  # the loss in FP32, as memory_of assumes for a BF16 base
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), ys.reshape(-1))
         (loss / choice.accumulation).backward()
         return loss.item()
 
     def one_micro_batch_step() -> None:
-        micro_step(x[: choice.micro_batch], y[: choice.micro_batch])
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        try:
+            micro_step(x[: choice.micro_batch], y[: choice.micro_batch])
+            opt.step()
+        finally:
+            opt.zero_grad(set_to_none=True)
 
-    peak = step_peak(one_micro_batch_step, model, opt)
-    losses = []
-    for _ in range(steps):
-        parts = [micro_step(xs, ys) for xs, ys in zip(x.chunk(choice.accumulation), y.chunk(choice.accumulation),
-                                                       strict=True)]
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(sum(parts) / len(parts))
+    with no_compile:
+        peak = step_peak(one_micro_batch_step, model, opt)
+        losses = []
+        for _ in range(steps):
+            try:
+                parts = [micro_step(xs, ys) for xs, ys in zip(x.chunk(choice.accumulation),
+                                                              y.chunk(choice.accumulation), strict=True)]
+                opt.step()
+            finally:
+                opt.zero_grad(set_to_none=True)
+            losses.append(sum(parts) / len(parts))
     return peak, losses

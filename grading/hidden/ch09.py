@@ -1,0 +1,38 @@
+"""Held-out cases for lab 09 (capstone). Loaded by the grader by file path; never imported by a lab.
+
+Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure:
+other model sizes, ZeRO stages and GPU counts, other LoRA ranks and shapes, other failure points of a step, and
+other budgets and effective batches for the plan, so that an answer tuned to the public cases fails.
+"""
+
+from __future__ import annotations
+
+from utils.checks.ch09 import LAB_CONFIG, expect_guard, expect_lora_counts, expect_model_states, expect_plan
+from utils.models import GPTConfig
+
+
+def model_states_cases(model_state_bytes) -> None:
+    """No sharding over many GPUs (nothing divides), stage 1 at 64 GPUs, stage 3 at 2, an odd count."""
+    expect_model_states(model_state_bytes, [(13_000_000_000, 0, 16), (13_000_000_000, 1, 64), (125_000_000, 3, 2),
+                                            (999_999_937, 2, 3), (70_000_000_000, 3, 512)])
+
+
+def lora_prediction_cases(prediction, reasoning, count_trainable) -> None:
+    """Other depths, widths and ranks: the measurement must count any configuration."""
+    expect_lora_counts(count_trainable, [
+        (GPTConfig(n_layer=3, d_model=32, n_head=2, seq_len=16, vocab_size=64), 4),
+        (GPTConfig(n_layer=1, d_model=96, n_head=4, seq_len=8, vocab_size=32), 16)])
+
+
+def guard_cases(try_step) -> None:
+    """An out-of-memory error in the optimizer step (after the gradients exist), every path, another cap."""
+    expect_guard(try_step, ["step", "backward", "none", "other"], 0.3)
+
+
+def plan_cases(make_plan) -> None:
+    """A tighter budget with a smaller effective batch, and another model."""
+    expect_plan(make_plan, LAB_CONFIG, int(2.5 * 2**20), 8)
+    expect_plan(make_plan, GPTConfig(n_layer=3, d_model=48, n_head=4, seq_len=48, vocab_size=128), 2 * 2**20, 12)
+
+
+HIDDEN = {"9.1": model_states_cases, "9.2": lora_prediction_cases, "9.3": guard_cases, "9.4": plan_cases}

@@ -1,0 +1,47 @@
+"""Chapter 09's sizes (capstone: fit a model into a budget).
+
+The measured experiments run a small utils.models.GPT (the ledger's checks and the combination table), a GPT-2
+built from a config with a LoRA adapter (the budgeted run), torchao's optimizers and NF4 on CPU tensors, and
+FSDP2 on 2 gloo processes (always on the CPU). `footprints(tier)` predicts each GPU experiment's peak with the
+chapter's own ledger (utils.plan.memory_of), with a margin of 1.5x for what the ledger leaves out (Hugging Face
+GPT-2 keeps a few more tensors than the course's GPT; temporaries).
+"""
+
+from __future__ import annotations
+
+from utils.estimate import TransformerShape
+from utils.models import GPTConfig
+from utils.plan import Choice, memory_of
+from utils.sizes import TIERS, pick
+
+MARGIN = 1.5
+# The small GPT of the measured checks (quick: the lab's model; full: wider, still tiny for any GPU).
+_FULL_GPT = {t: GPTConfig(n_layer=4, d_model=256, n_head=4, seq_len=256, vocab_size=1024) for t in TIERS}
+SMALL_GPT = pick(GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256), _FULL_GPT,
+                 tiny=GPTConfig(n_layer=1, d_model=32, n_head=2, seq_len=16, vocab_size=64))
+SMALL_BATCH = pick(4, {16: 8, 24: 8, 40: 8, 80: 8}, tiny=2)
+# GPT-2 from a config for the budgeted run (vocabulary 256: no tokenizer, no download).
+_HF_BATCH = {16: 4, 24: 8, 40: 12, 80: 16}
+HF_LAYERS = pick(2, {t: 12 for t in TIERS}, tiny=1)
+HF_WIDTH = pick(64, {t: 768 for t in TIERS}, tiny=32)
+HF_SEQ = pick(64, {t: 1024 for t in TIERS}, tiny=16)
+HF_BATCH = pick(4, _HF_BATCH, tiny=2)
+HF_STEPS = pick(15, {t: 100 for t in TIERS}, tiny=3)
+# torchao's optimizer states and NF4 are measured on one CPU matrix of this shape (no GPU memory).
+OPT_SHAPE = pick((512, 512), {t: (2048, 2048) for t in TIERS}, tiny=(128, 128))
+# FSDP2 on gloo processes (CPU): width and depth of the MLP stack.
+FSDP_WIDTH = pick(32, {t: 128 for t in TIERS}, tiny=16)
+FSDP_DEPTH = pick(3, {t: 4 for t in TIERS}, tiny=2)
+
+
+def footprints(tier: int) -> dict[str, int]:
+    """Predicted peak bytes of each full-size GPU experiment of chapter 09 on a GPU of `tier` GiB."""
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    g = _FULL_GPT[tier]
+    small = TransformerShape(g.n_layer, g.d_model, g.n_head, g.seq_len, g.vocab_size)
+    small_peak = sum(memory_of(small, Choice(micro_batch=8)).values())
+    hf = TransformerShape(12, 768, 12, 1024, 256)
+    full_ft = sum(memory_of(hf, Choice(micro_batch=_HF_BATCH[tier])).values())
+    return {"small GPT, FP32 step (ledger checks, combination table)": int(MARGIN * small_peak),
+            "GPT-2 124M-like, full fine-tuning in FP32 (the reference run)": int(MARGIN * full_ft)}
