@@ -85,3 +85,48 @@ def test_graph_held_bytes_sees_a_kept_graph():
     assert graph_held_bytes(kept) == 0
     with pytest.raises(TypeError, match="roots"):
         graph_held_bytes([1])
+
+
+def test_frame_label_skips_cpp_and_torch_frames():
+    from utils.profiling import frame_label, is_user_frame
+
+    cpp = {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::malloc"}
+    lib = {"filename": "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", "line": 125, "name": "forward"}
+    user = {"filename": "/home/me/torch_experiments/train.py", "line": 42, "name": "train_step"}
+    assert not is_user_frame(cpp) and not is_user_frame(lib) and is_user_frame(user)
+    assert frame_label([cpp, lib, user]) == "train_step (train.py:42)"
+    assert frame_label([cpp, cpp]) == "unknown (no Python frame)"
+    # a stacks="all" trace: before the fix every allocation got the C++ frame's label
+    trace = [{"action": "alloc", "addr": i, "size": 2**20, "frames": [cpp, lib, dict(user, line=i)]} for i in range(3)]
+    _, series = snapshot_timeline({"device_traces": [trace]})
+    assert set(series) == {"train_step (train.py:0)", "train_step (train.py:1)", "train_step (train.py:2)", "other"}
+
+
+def test_bad_inputs_are_named():
+    trace = {"device_traces": [[]]}
+    with pytest.raises(ValueError, match="top"):
+        snapshot_timeline(trace, top=0)
+    with pytest.raises(TypeError, match="device"):
+        snapshot_timeline(trace, device="0")
+    with pytest.raises(TypeError, match="title"):
+        plot_snapshot(trace, title=3)
+    with pytest.raises(TypeError, match="limit"):
+        largest_fitting(lambda n: True, limit=2.5)
+    with pytest.raises(ValueError, match="limit"):
+        largest_fitting(lambda n: True, start=5, limit=4)
+    with pytest.raises(TypeError, match="tensors"):
+        live_tensors([1, 2])
+    with pytest.raises(TypeError, match="roots"):
+        graph_held_bytes(torch.zeros(3))
+
+
+def test_censuses_leave_out_parameters_and_fake_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.empty(512, 512)
+    assert live_tensors([fake, torch.empty(3, device="meta")]) == {}
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    loss = mlp(torch.randn(4, 8)).sum()
+    # the first Linear's input, the ReLU's output; the second Linear's saved weight is the parameter's memory
+    assert graph_held_bytes([loss]) == (4 * 8 + 4 * 16) * 4

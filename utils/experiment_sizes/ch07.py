@@ -25,10 +25,11 @@ STEPS_LEAKED = 3
 SEARCH_LIMIT = pick(4096, 256, tiny=64)
 # CPU budget (bytes) for the search against the estimator; on a GPU the cap is the tier's budget.
 CPU_SEARCH_BUDGET = 64 * MIB
-# Fragmentation child process: survivors (> 1 MiB, the large pool) between transient blocks of varied sizes.
-FRAG_ROUNDS = pick(200, 200, tiny=20)
+# Fragmentation child process: pairs of an 8 MiB activation and a survivor (> 1 MiB, so the large pool), then
+# growing requests of 12, 14, ... MiB.
+FRAG_PAIRS = pick(40, 40, tiny=8)
+FRAG_GROWING = pick(10, 10, tiny=3)
 FRAG_SURVIVOR_BYTES = 3 * MIB // 2
-FRAG_TRANSIENT_MAX_MIB = 9
 # empty_cache demonstration: a freed block and a kept one.
 CACHE_FREED_BYTES = 256 * MIB
 CACHE_KEPT_BYTES = 64 * MIB
@@ -66,6 +67,8 @@ def footprints(tier: int) -> dict[str, int]:
         # the search runs under set_per_process_memory_fraction at the tier's budget: it cannot pass it
         "largest-batch search (under a memory cap)": tier_budget(tier),
         "out-of-memory checklist on planted steps (under a memory cap)": tier_budget(tier),
-        "fragmentation child process": FRAG_ROUNDS * FRAG_SURVIVOR_BYTES + 2 * FRAG_TRANSIENT_MAX_MIB * MIB,
+        # every pair alive at once in 20 MiB segments, plus one segment per growing request (the default allocator)
+        "fragmentation child process": (FRAG_PAIRS // 2 + 1) * 20 * MIB
+        + sum((12 + 2 * j) * MIB for j in range(FRAG_GROWING)),
         "empty_cache demonstration": CACHE_FREED_BYTES + CACHE_KEPT_BYTES,
     }
