@@ -1,0 +1,145 @@
+"""Chapter 09's ledger is written in the notebook; utils.plan packages it. These tests exec the notebook's
+functions and check that they give the same bytes as utils.plan's on many inputs, so the two never drift apart."""
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+import nbformat
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import utils.plan as packaged
+from utils.estimate import TransformerShape, transformer_activation_bytes
+from utils.plan import LORA_TARGETS, OPTIMIZERS, Choice
+from utils.validate import check_bool, check_choice, check_instance, check_int, check_number
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "09_capstone_fit_a_model.ipynb"
+LESSON = (
+    "usable_budget",
+    "optimizer_state_bytes_per_param",
+    "activation_terms",
+    "block_parameters",
+    "memory_of",
+    "lora_parameters",
+    "costs",
+    "zero_bytes_per_gpu",
+)
+
+
+@pytest.fixture(scope="module")
+def lesson() -> dict:
+    """The notebook's lesson functions, exec'd from the cells' source."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    found = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:  # a cell with IPython magics holds no lesson function
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in LESSON:
+                found[node.name] = ast.get_source_segment(cell.source, node)
+    assert set(found) == set(LESSON), f"missing in the notebook: {set(LESSON) - set(found)}"
+    namespace = {
+        "TransformerShape": TransformerShape,
+        "transformer_activation_bytes": transformer_activation_bytes,
+        "replace": replace,
+        "Choice": Choice,
+        "OPTIMIZERS": OPTIMIZERS,
+        "LORA_TARGETS": LORA_TARGETS,
+        "check_bool": check_bool,
+        "check_choice": check_choice,
+        "check_instance": check_instance,
+        "check_int": check_int,
+        "check_number": check_number,
+        "MIB": 2**20,
+        "GIB": 2**30,
+    }
+    for source in found.values():
+        exec(compile(source, str(NOTEBOOK), "exec"), namespace)
+    return namespace
+
+
+shapes = st.builds(
+    lambda layers, heads, head_dim, seq, vocab: TransformerShape(layers, heads * head_dim, heads, seq, vocab),
+    st.integers(1, 96),
+    st.integers(1, 64),
+    st.sampled_from([8, 16, 64, 128]),
+    st.sampled_from([1, 64, 512, 2048, 8192]),
+    st.sampled_from([256, 32000, 50257, 128256]),
+)
+
+
+@st.composite
+def choices(draw):
+    lora = draw(st.sampled_from([0, 0, 4, 16, 64]))
+    n_gpus = draw(st.sampled_from([1, 2, 8, 64]))
+    sharding = draw(st.sampled_from(["none", "zero1", "zero2", "zero3"])) if n_gpus > 1 else "none"
+    precision = draw(st.sampled_from(["fp32", "bf16-mixed", "bf16"]))
+    offload = not lora and precision != "fp32" and draw(st.booleans())
+    return Choice(
+        precision=precision,
+        checkpointing=draw(st.booleans()),
+        micro_batch=draw(st.integers(1, 32)),
+        accumulation=draw(st.integers(1, 8)),
+        optimizer=draw(st.sampled_from(OPTIMIZERS)),
+        lora_rank=lora,
+        lora_targets=draw(st.sampled_from(LORA_TARGETS)),
+        quantize_base=bool(lora) and draw(st.booleans()),
+        sharding=sharding,
+        n_gpus=n_gpus,
+        offload_optimizer=offload,
+        offload_parameters=offload and draw(st.booleans()),
+    )
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(shape=shapes, choice=choices())
+def test_the_notebooks_ledger_and_costs_equal_utils_plan(lesson, shape, choice):
+    assert lesson["memory_of"](shape, choice) == packaged.memory_of(shape, choice)
+    assert lesson["costs"](shape, choice) == packaged.costs(shape, choice)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    shape=shapes,
+    rank=st.integers(1, 256),
+    targets=st.sampled_from(LORA_TARGETS),
+    fused=st.booleans(),
+    n=st.integers(1, 10**12),
+    stage=st.integers(0, 3),
+    gpus=st.integers(1, 1024),
+    accounting=st.sampled_from(["zero-paper", "torch.amp"]),
+    reported=st.integers(1, 200 * 2**30),
+)
+def test_the_notebooks_formulas_equal_utils_plan(
+    lesson, shape, rank, targets, fused, n, stage, gpus, accounting, reported
+):
+    assert lesson["lora_parameters"](shape, rank, targets, fused) == packaged.lora_parameters(
+        shape, rank, targets, fused
+    )
+    assert lesson["zero_bytes_per_gpu"](n, stage, gpus, accounting) == packaged.zero_bytes_per_gpu(
+        n, stage, gpus, accounting
+    )
+    assert lesson["usable_budget"](reported) == packaged.usable_budget(reported)
+    assert lesson["block_parameters"](shape) == packaged.block_parameters(shape)
+    for optimizer in OPTIMIZERS:
+        for size in (2, 4):
+            assert lesson["optimizer_state_bytes_per_param"](
+                optimizer, size
+            ) == packaged.optimizer_state_bytes_per_param(optimizer, size)
+    for regime in ("fp32", "bf16-mixed", "bf16", "offload", "bf16-base", "nf4-base"):
+        for ck in (False, True):
+            assert lesson["activation_terms"](shape, 2, regime, ck) == packaged.activation_terms(shape, 2, regime, ck)
+
+
+def test_the_notebooks_functions_refuse_bad_input_like_utils(lesson):
+    shape = TransformerShape(2, 64, 4, 64, 256)
+    with pytest.raises(ValueError, match="rank"):
+        lesson["lora_parameters"](shape, -1)
+    with pytest.raises(TypeError, match="choice"):
+        lesson["memory_of"](shape, {})
