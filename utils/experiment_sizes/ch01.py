@@ -23,7 +23,7 @@ SEQ_LEN = pick(64, 1024, tiny=16)
 VOCAB = pick(256, 50304, tiny=64)
 STEP_BATCH = pick(4, {16: 4, 24: 8, 40: 8, 80: 8}, tiny=2)
 # Section 2: the MLP whose bytes per parameter are measured (hidden width, batch).
-MLP_HIDDEN = pick(320, 2048, tiny=64)
+MLP_HIDDEN = pick(320, 2048)  # tiny as quick: small already, and the bytes per parameter need matmul-dominated layers
 MLP_BATCH = pick(24, 256, tiny=4)
 # Section 3: the block derived term by term (batch, sequence, width, heads); and Korthikanti's block.
 BLOCK_SHAPE = pick((4, 64, 128, 4), (4, 64, 128, 4), tiny=(2, 16, 32, 4))
