@@ -34,9 +34,9 @@ def test_full_size_has_llm_like_token_counts(monkeypatch):
     full = sizes(monkeypatch, "full")
     assert full.WIDTH >= 768 and full.TOKENS >= 2048 and full.OPT_DEPTH == 64
     tiny = sizes(monkeypatch, "tiny")
+    tiny_tokens, tiny_depth = tiny.WIDTH * tiny.TOKENS, max(tiny.DEPTHS)  # reload mutates the same module
     quick = sizes(monkeypatch, "quick")
-    assert tiny.WIDTH * tiny.TOKENS < quick.WIDTH * quick.TOKENS and max(tiny.DEPTHS) < max(quick.DEPTHS)
-    sizes(monkeypatch, "quick")
+    assert tiny_tokens < quick.WIDTH * quick.TOKENS and tiny_depth < max(quick.DEPTHS)
 
 
 def test_footprints_bad_tier():
@@ -65,7 +65,8 @@ def off_by_one(stack, x, every):
     return x
 
 
-def test_wrong_answers_fail_public_checks():
+def test_wrong_answers_fail_public_checks(monkeypatch):
+    monkeypatch.setenv("COURSE_CHECKS_STRICT", "0")
     assert ch05.check_checkpoint_every(off_by_one).status == "failed"
     assert ch05.check_fixed_checkpoint(
         lambda b, x: checkpoint(b, x, use_reentrant=False, preserve_rng_state=False)).status == "failed"

@@ -43,7 +43,8 @@ def buggy_amp(model, opt, scaler, micro_batches, max_norm):
     opt.zero_grad(set_to_none=True)
 
 
-def test_planted_bugs_fail_public_checks():
+def test_planted_bugs_fail_public_checks(monkeypatch):
+    monkeypatch.setenv("COURSE_CHECKS_STRICT", "0")
     assert ch06.check_token_normalised(mean_per_micro).status == "failed"
     assert ch06.check_amp_accumulation(buggy_amp).status == "failed"
     assert ch06.check_micro_plan(lambda cfg, batch, budget: batch).status == "failed"
@@ -57,17 +58,17 @@ def hidden():
     return mod.HIDDEN
 
 
-def test_hidden_cases_catch_per_micro_batch_counts():
-    def per_micro_count(model, micro_batches):  # divides by each micro-batch's tokens times its share: 0/0 on padding
+def test_hidden_cases_catch_an_answer_tuned_to_the_public_ones():
+    def tuned(model, micro_batches):  # right only for the public k (2 and 4)
+        if len(micro_batches) not in (2, 4):
+            return mean_per_micro(model, micro_batches)
         total = sum(int((y != -100).sum()) for _, y in micro_batches)
         for x, y in micro_batches:
             logits = model(x)
-            own = (y != -100).sum()
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=-100,
-                                   reduction="sum") / own * (own / total)
-            loss.backward()
+            (F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=-100,
+                             reduction="sum") / total).backward()
 
-    assert ch06.check_token_normalised(per_micro_count).status == "passed"
+    assert ch06.check_token_normalised(tuned).status == "passed"
     with pytest.raises(ch06.CheckFailed):
-        hidden()["6.1"](per_micro_count)
+        hidden()["6.1"](tuned)
     assert set(hidden()) == {"6.1", "6.2", "6.3", "6.4"}
