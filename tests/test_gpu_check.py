@@ -25,16 +25,19 @@ def test_without_a_gpu_one_line_and_a_non_zero_exit(capsys):
 def test_gpu_path_under_a_simulated_t4(tmp_path):
     config = [{"precision": "fp32", "optimizer": "adamw", "checkpointing": False, "batch": 4}]
     with simulated("t4"):
-        ok, text = gpu_check.check(["00"], size="tiny", cell_timeout=240, results_root=tmp_path, record=False,
+        ok, text = gpu_check.check(["00", "02"], size="tiny", cell_timeout=240, results_root=tmp_path, record=False,
                                    prelude=setup_cell_source("t4"), validate_configs=config)
     print(text)
-    assert "00_setup_and_environment.ipynb | passed" in text
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in text.splitlines()
+            if line.startswith("| 0")}
+    assert rows == {"00_setup_and_environment.ipynb": "passed", "02_number_formats.ipynb": "passed"}
     assert "Tesla T4 (simulated on CPU)" in text and "Memory tier 16 GiB" in text
     assert "fp32, adamw, checkpointing off, batch 4" in text
     folder = tmp_path / "tesla-t4-simulated-on-cpu"
     summary = json.loads((folder / "gpu_check.json").read_text())
-    (chapter,) = summary["chapters"]
-    assert chapter["passed"] and chapter["peak_allocated"] is not None and chapter["wall_s"] > 0
+    assert [c["notebook"][:2] for c in summary["chapters"]] == ["00", "02"]
+    for chapter in summary["chapters"]:
+        assert chapter["passed"] and chapter["peak_allocated"] is not None and chapter["wall_s"] > 0
     assert summary["estimator"][0]["measured"] > 0
     assert (folder / "gpu_check.md").read_text().startswith("# gpu-check on Tesla T4")
 
@@ -56,7 +59,7 @@ def test_report_marks_failures_and_estimates_off_by_more_than_5_percent():
     estimates = [EstimateResult("fp32 a", 1000, 1040, 900), EstimateResult("fp32 b", 1000, 1100, 900)]
     assert estimates[0].passed and not estimates[1].passed
     text = report("GPU", 16, "full", chapters, estimates)
-    assert "02_y.ipynb | FAILED" in text and "a cell ran past 60 s" in text
+    assert "| 02_y.ipynb | FAILED" in text and "a cell ran past 60 s" in text
     assert "+4.0%" in text and "FAILED (more than 5% off)" in text
     assert "Estimator check FAILED to run: boom" in report("GPU", 80, "full", chapters, [], "boom")
 
