@@ -4,6 +4,7 @@ the Korthikanti block must measure as the chapter explains."""
 
 from __future__ import annotations
 
+import ast
 import math
 from pathlib import Path
 
@@ -120,3 +121,29 @@ def test_chapter_exercise_2_has_an_answer():
             crossing = t
             break
     assert crossing is not None and 64 < crossing < 4096
+
+
+def _top_level_assignments(tree):
+    """Assignment targets of a cell outside any function or class body."""
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                yield from (n for n in ast.walk(target) if isinstance(n, ast.Name))
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def test_no_cell_keeps_a_graph_alive_under_underscore():
+    """Issue 12, bug 2: `by_hook, _ = saved_bytes_by_hook(model, x, y)` kept the loss, and so its whole graph, alive
+    for the rest of the notebook (IPython never overwrites a `_` the user assigned). No top-level `_ =` at all."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        names = [n.id for n in _top_level_assignments(tree)]
+        assert "_" not in names, f"cell {index} binds `_` at the top level: {cell.source[:80]!r}"
