@@ -70,3 +70,25 @@ def test_nvfp4_two_levels_keep_small_tensors():
 def test_full_size_fits_every_tier(tier):
     for name, bytes_ in ch02.footprints(tier).items():
         assert 0 < bytes_ <= tier_budget(tier), (name, bytes_)
+
+
+def test_fp8_cell_assertions_hold_for_both_torch_cast_semantics():
+    """Section 5's assertions must hold on every supported torch: run the cell with this torch's eager casts,
+    then again with the pre-2.12 semantics emulated (|x| > 464 and inf become NaN in float8_e4m3fn)."""
+    cells = [c.source for c in nbformat.read(NOTEBOOK, 4).cells if c.cell_type == "code"]
+    i = next(k for k, s in enumerate(cells) if s.startswith("probe = torch.tensor"))
+
+    class _Run:
+        def figure(self, *args, **kwargs):
+            return None
+
+    ns = {"torch": torch, "math": math, "decode": decode, "encode": encode, "run": _Run(),
+          "show_table": lambda rows, head: None, "print": lambda *a, **k: None}
+    exec(cells[i], ns)
+    exec(cells[i + 1], ns)
+    old = ns["eager"].clone()
+    old[(ns["probe"].abs() > 464) | ns["probe"].isinf()] = math.nan
+    ns["eager"] = old
+    exec(cells[i + 1], ns)
+    if torch.__version__ >= "2.12":
+        assert ns["saturates"]
