@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import resource
 import sys
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+try:
+    import resource
+except ImportError:  # Windows: no address-space limits; the checks run without a cap
+    resource = None
 
 ALLOC_FAILURES = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "not enough memory",
                   "out of memory", "std::bad_alloc")
@@ -75,7 +79,7 @@ def memory_cap(limit_mb: float | None):
         return
     _warm_up()
     base = vm_size_bytes()
-    if base is None:
+    if base is None or resource is None:
         yield "unavailable"
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -145,7 +149,9 @@ def evaluate(namespace: dict, exercise: str, points: float, call: str, hidden_pa
     public_max = points / 2 if hidden is not None else points
     result["hidden_max"] = points - public_max
     over: str | None = None
-    with memory_cap(memory_limit_mb):
+    with memory_cap(memory_limit_mb) as cap:
+        if cap == "unavailable":
+            result["memory_limit_mb"] = None  # no /proc or no resource module here: say so in the message
         try:
             public = _part(check(*args, **kwargs), public_max)
         except MemoryError as exc:
@@ -191,6 +197,8 @@ def evaluate(namespace: dict, exercise: str, points: float, call: str, hidden_pa
                                                                   else "")
         elif hidden is not None:
             message += " | held-out cases: not run"
+    if memory_limit_mb is not None and result["memory_limit_mb"] is None:
+        message += f" (the {memory_limit_mb:g} MiB memory cap could not be applied on this system)"
     return {**result, "status": status, "points": earned, "message": message}
 
 

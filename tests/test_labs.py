@@ -165,3 +165,16 @@ def test_bad_arguments_are_named():
         read_notebook(3)
     with pytest.raises(SystemExit):
         main(["--no-such-option"])
+
+
+def test_the_course_has_forty_autograded_exercises_and_a_challenge_per_chapter_lab():
+    """Issue 16: 40 or more autograded exercises in the course; each chapter lab 01-09 at least four of them and
+    one open challenge with a rubric."""
+    total, short = 0, []
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        exercises = lab_exercises(read_notebook(path), path.stem)
+        auto = [e for e in exercises if not e.by_hand]
+        total += len(auto)
+        if not path.stem.startswith("00") and (len(auto) < 4 or not any(e.by_hand for e in exercises)):
+            short.append(f"{path.stem}: {len(auto)} autograded, {sum(e.by_hand for e in exercises)} challenge(s)")
+    assert total >= 40 and not short, f"{total} autograded exercises; short: {short}"

@@ -307,8 +307,8 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
     time_limit_s = check_number("time_limit_s", time_limit_s, positive=True)
     try:
         submission = read_notebook(path)
-    except LabError as exc:
-        return SubmissionScore(path.name, "?", notes=[f"not a readable notebook: {exc}"])
+    except LabError as exc:  # still a row in its lab's CSV where the file name tells the lab
+        return _zeroed(path, labs_dir, f"not a readable notebook: {exc}")
     notes = [f"{path.name}: {p}" for p in [metadata_problem(submission)] if p]
     try:
         lab_path = find_lab(submission, path, labs_dir)
@@ -345,7 +345,11 @@ def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir:
 
 def _zeroed(path: Path, labs_dir: Path, reason: str) -> SubmissionScore:
     try:
-        lab = read_notebook(find_lab(read_notebook(path), path, labs_dir))
+        try:
+            submission = read_notebook(path)
+        except LabError:
+            submission = nbformat.v4.new_notebook()
+        lab = read_notebook(find_lab(submission, path, labs_dir))
         name = _course(lab).get("lab", "?")
         exercises = lab_exercises(lab, name)
     except Exception:
