@@ -1,0 +1,42 @@
+"""Held-out cases for lab 04 (automatic mixed precision). Loaded by the grader by file path; never imported by a lab.
+
+Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure: other
+dtypes, widths, clipping norms, scales, seeds and GPUs than the public cases, so that an answer tuned to those cases
+fails.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from utils.checks.ch04 import expect_bytes_per_param, expect_clipped_step, expect_needs_scaler, expect_recipes
+
+
+def needs_scaler_cases(needs_grad_scaler) -> None:
+    """Explicit FP16 on either device, explicit BF16 on the CPU."""
+    expect_needs_scaler(needs_grad_scaler, [("cpu", torch.float16), ("cuda", torch.float16), ("cpu", torch.bfloat16)])
+
+
+def bytes_per_param_cases(prediction, reasoning, bytes_per_param) -> None:
+    """FP32, FP32 with BF16 autocast (weight copies), pure FP16, at other widths."""
+    expect_bytes_per_param(bytes_per_param, [(256, torch.float32, None), (384, torch.float32, torch.bfloat16),
+                                             (256, torch.float16, None)])
+
+
+def clipped_step_cases(train_step) -> None:
+    """A clip that always bites, a loose clip, a huge initial scale (overflow and skip first), other seeds."""
+    expect_clipped_step(train_step, [(32, 0.05, 2.0**10, 3, 5), (64, 5.0, 2.0**16, 1, 4), (32, 0.3, 2.0**24, 2, 6)])
+
+
+def recipe_cases(choose_recipe) -> None:
+    """V100, P100, A10G, L4, B200, and a consumer Blackwell."""
+    expect_recipes(choose_recipe, [("V100", (7, 0)), ("P100", (6, 0)), ("A10G", (8, 6)), ("L4", (8, 9)),
+                                   ("B200", (10, 0)), ("RTX 5090", (12, 0))])
+
+
+HIDDEN = {
+    "4.1": needs_scaler_cases,
+    "4.2": bytes_per_param_cases,
+    "4.3": clipped_step_cases,
+    "4.4": recipe_cases,
+}

@@ -1,0 +1,108 @@
+"""Lab 08 and chapter 08: the solutions pass the hidden cases, answers tuned to the public cases lose points, the
+chapter's lesson code (extracted from the notebook) agrees with the checks' references, and full sizes fit."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from utils.checks.ch08 import E4M3, reference_mx_dequantize, reference_scale_and_clipped
+from utils.checks.core import CheckFailed
+from utils.sizes import TIERS, tier_budget
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _hidden():
+    spec = importlib.util.spec_from_file_location("hidden_ch08", ROOT / "grading" / "hidden" / "ch08.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.HIDDEN
+
+
+def _solution_namespace() -> dict:
+    nb = nbformat.read(ROOT / "solutions" / "08_fp8_transformer_engine.ipynb", as_version=4)
+    ns: dict = {}
+    for cell in nb.cells:
+        course = cell.metadata.get("course", {})
+        if cell.cell_type == "code" and "check" not in course and "answer" not in course:
+            exec(cell.source, ns)
+    return ns
+
+
+def test_solutions_pass_hidden_cases():
+    ns, hidden = _solution_namespace(), _hidden()
+    hidden["8.1"](ns["scale_and_clipped"])
+    hidden["8.2"](ns["prediction"], ns["reasoning"], ns["mx_quantize"])
+    hidden["8.3"](ns["fp8_roundtrip"])
+    hidden["8.4"](ns["choose_fp8_recipe"])
+
+
+def test_answers_tuned_to_public_cases_fail_hidden_ones():
+    hidden = _hidden()
+
+    def max_only(history, t, fmt, margin, algo):  # ignores algo: passes the public cases (all "max")
+        fmax = torch.finfo(fmt).max
+        scale = fmax / max(history) / 2**margin if history else 1.0
+        return scale, int(((t * scale).abs() > fmax).sum())
+
+    with pytest.raises(CheckFailed):
+        hidden["8.1"](max_only)
+
+    def hopper_or_none(capability, te_version):  # knows the public GPUs only
+        if tuple(capability) < (8, 9):
+            return {"recipe": None, "context": None}
+        recipe = "MXFP8BlockScaling" if tuple(capability) >= (10, 0) else "Float8CurrentScaling"
+        return {"recipe": recipe, "context": "te.autocast" if tuple(te_version) >= (2, 9) else "te.fp8_autocast"}
+
+    with pytest.raises(CheckFailed):
+        hidden["8.4"](hopper_or_none)
+
+    def no_zero_guard(t, fmt):
+        scale = torch.finfo(fmt).max / t.abs().max()
+        return (t * scale).clamp(-torch.finfo(fmt).max, torch.finfo(fmt).max).to(fmt).float() / scale
+
+    with pytest.raises(CheckFailed):
+        hidden["8.3"](no_zero_guard)
+
+
+def _chapter_namespace() -> dict:
+    """The lesson code of chapter 08 (its DelayedScaling and mx_blocks), executed from the notebook's cells."""
+    nb = nbformat.read(ROOT / "notebooks" / "08_fp8_transformer_engine.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and "class DelayedScaling" in c.source)
+    fmax = {fmt: torch.finfo(fmt).max for fmt in (E4M3, torch.float8_e5m2)}
+    ns: dict = {"torch": torch, "math": math, "E4M3": E4M3, "MAX": fmax}
+    exec(source.split("def run_recipes")[0], ns)
+    return ns
+
+
+def test_chapter_delayed_scaling_and_mx_agree_with_the_checks():
+    ns = _chapter_namespace()
+    g = torch.Generator().manual_seed(0)
+    for algo in ("max", "most_recent"):
+        for margin in (0, 2):
+            ds = ns["DelayedScaling"](E4M3, history_len=4, margin=margin, reduce=algo)
+            history: list[float] = []
+            for step in range(10):
+                t = torch.randn(512, generator=g) * 1.4**step
+                expected, _ = reference_scale_and_clipped(history[-4:], t, E4M3, margin, algo)
+                assert ds.scale() == pytest.approx(expected, rel=1e-12)
+                ds.update(t.abs().max().item())
+                history.append(t.abs().max().item())
+    t = torch.randn(64, 32, generator=g) * torch.exp2(torch.randint(-10, 11, (64, 32), generator=g).float())
+    assert torch.equal(ns["mx_blocks"](t), reference_mx_dequantize(t, 32))
+
+
+def test_full_sizes_fit_every_tier():
+    from utils.experiment_sizes.ch08 import footprints
+
+    for tier in TIERS:
+        for name, nbytes in footprints(tier).items():
+            assert 0 < nbytes <= tier_budget(tier), (tier, name, nbytes)
+    with pytest.raises(ValueError, match="tier"):
+        footprints(0)

@@ -1,0 +1,53 @@
+"""Chapter 04's experiment sizes (automatic mixed precision).
+
+Full-size experiments: the five-precision GPT training (section 5), the square matmul timing (section 3), the
+wide MLP measured in bytes per parameter (section 7, batch 2: parameters and optimizer states dominate) and the
+fine-tuning drift experiment (section 6, kept on the CPU at every size). The small fixed probes (the op-dtype
+GPT, the FP16-master vs torch.amp comparison, the custom Function) are the same at every size and negligible.
+
+`footprints` predicts each experiment's peak on a GPU with the course's analytic estimator
+(`transformer_memory`, FP32 being the largest precision) plus AdamW's multi-tensor temporaries (two parameter
+copies), and exact arithmetic for the matmul and the MLP.
+"""
+
+from __future__ import annotations
+
+from utils.estimate import shape_of, transformer_memory
+from utils.models import GPTConfig
+from utils.sizes import TIERS, pick
+
+
+def gpt_config(size: str | None = None) -> GPTConfig:
+    """The GPT of section 5 for a size ('tiny', 'quick', 'full'; default: the current one)."""
+    return GPTConfig(n_layer=pick(2, 12, tiny=1, size=size), d_model=pick(32, 768, tiny=16, size=size),
+                     n_head=4, seq_len=pick(32, 512, tiny=8, size=size), vocab_size=pick(64, 8192, tiny=32, size=size))
+
+
+TRAIN_CFG = gpt_config()
+TRAIN_BATCH = pick(8, {16: 8, 24: 16, 40: 16, 80: 16}, tiny=2)
+TRAIN_STEPS = pick(20, 200, tiny=3)
+AMP_STEPS = pick(20, 100, tiny=3)  # section 4: FP32, FP16 weights + FP32 master, torch.amp (tiny GPT)
+MATMUL_N = pick(256, 8192, tiny=32)
+MLP_HIDDEN = pick(512, 4096, tiny=64)
+DRIFT_DIM = pick(128, 1024, tiny=32)  # section 6 runs on the CPU at every size
+DRIFT_STEPS = pick(100, 300, tiny=5)
+
+
+def _mlp_params(hidden: int) -> int:
+    """utils.models.mlp(256, hidden, 256, depth=2): 256->hidden, hidden->hidden, hidden->256, with biases."""
+    return 256 * hidden + hidden + hidden * hidden + hidden + hidden * 256 + 256
+
+
+def footprints(tier: int) -> dict[str, int]:
+    """Predicted peak bytes of each full-size experiment of chapter 04 on a GPU of this tier."""
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    shape = shape_of(gpt_config("full"))
+    batch = pick(8, {16: 8, 24: 16, 40: 16, 80: 16}, size="full", tier=tier)
+    est = transformer_memory(shape, batch, precision="fp32")  # the largest of the five precisions
+    logits_grad = 4 * batch * shape.seq_len * shape.vocab_size
+    n = pick(256, 8192, size="full")
+    mlp = _mlp_params(pick(512, 4096, size="full"))
+    return {"five precisions, GPT training step (FP32 the largest)": est.total + logits_grad + 2 * est.params,
+            "square matmul, FP32 operands and result": 3 * 4 * n * n,
+            "bytes per parameter, wide MLP with AdamW (whole step)": 24 * mlp}
