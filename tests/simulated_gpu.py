@@ -301,7 +301,11 @@ class _DeviceMode(TorchFunctionMode):
         else:
             return self_t.to(*rest, copy=copy, **kwargs)
         extra = {} if memory_format is None else {"memory_format": memory_format}
-        out = self_t.to("cpu", dtype=dtype, non_blocking=non_blocking, copy=copy or src != dst, **extra)
+        if type(self_t) not in (torch.Tensor, torch.nn.Parameter):  # a subclass (e.g. torchao's NF4Tensor)
+            # may refuse `copy`; its .to('cpu') on a CPU tensor is enough (the mark goes on what it returns)
+            out = self_t.to("cpu", **({} if dtype is None else {"dtype": dtype}))
+        else:
+            out = self_t.to("cpu", dtype=dtype, non_blocking=non_blocking, copy=copy or src != dst, **extra)
         if dst:
             _mark(out)
             self.state.track(out)
