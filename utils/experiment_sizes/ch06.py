@@ -15,7 +15,7 @@ FP32 = 4
 # (n_layer, d_model, seq_len, vocab) of the GPT that shows the token-count pitfall, and its batch (sequences)
 NORM_SHAPE: tuple[int, int, int, int] = pick((2, 32, 32, 64), (2, 256, 256, 64), tiny=(1, 16, 8, 16))
 NORM_BATCH: int = pick(16, 64, tiny=8)
-TRAIN_STEPS: int = pick(30, 200, tiny=3)  # optimizer steps of the drift experiment
+TRAIN_STEPS: int = pick(15, 200, tiny=3)  # optimizer steps of the drift experiment
 ADAM_STEPS: int = pick(30, 200, tiny=3)  # steps of the Adam-without-/k experiment (a small MLP)
 # the memory-vs-micro-batch experiment: (n_layer, d_model, seq_len, vocab) and the effective batch (sequences)
 MEM_SHAPE: tuple[int, int, int, int] = pick((2, 64, 64, 256), (4, 512, 512, 256), tiny=(1, 16, 8, 32))
