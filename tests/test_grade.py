@@ -90,7 +90,9 @@ PLANTED = {
     "partly_correct_and_raising": (submission({**RIGHT, "0.1": "def tensor_bytes(t):\n    return 1 / 0",
                                                "0.2": WRONG_02}, extra_cell="raise RuntimeError('a cell that fails')"),
                                    {**FULL, "0.1": 0, "0.2": 0}),
-    "infinite_loop": (submission(RIGHT, extra_cell="while True:\n    pass"), {**NONE, "0.1": 1}),
+    # a loop that never ends (sleeping, so that it costs the test run wall time, not CPU)
+    "infinite_loop": (submission(RIGHT, extra_cell="import time\nwhile True:\n    time.sleep(0.5)"),
+                      {**NONE, "0.1": 1}),
     "exit_in_answer": (submission({**RIGHT, "0.1": "import sys\ndef tensor_bytes(t):\n    sys.exit(1)",
                                    "0.2": RIGHT_02_ALONE}), {**FULL, "0.1": 0}),
     "kernel_killed": (submission(RIGHT, extra_cell="import os\nos._exit(0)"), {**NONE, "0.1": 1}),
@@ -130,7 +132,7 @@ def graded(tmp_path_factory):
     for path in sorted(solutions.glob("*.ipynb")):
         shutil.copy(path, course / f"solution_{path.name}")
         shutil.copy(labs / path.name, course / f"untouched_{path.name}")
-    runs = [_grade(planted, tmp / "grades-planted", labs, hidden, 60),
+    runs = [_grade(planted, tmp / "grades-planted", labs, hidden, 90),
             _grade(course, tmp / "grades-course", labs, hidden, 240)]
     try:
         printed = [run.communicate(timeout=1500)[0] for run in runs]
