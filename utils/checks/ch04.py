@@ -122,15 +122,18 @@ def expect_clipped_step(train_step: Callable[..., float], cases: Sequence[tuple]
             got = train_step(*pairs[1], x, y, max_norm)
             if not isinstance(got, float) or abs(got - ref_loss) > 1e-3 * abs(ref_loss):
                 raise CheckFailed(f"loss {ref_loss:.5f} (a float) at step {step}", repr(got),
-                                  "keep the forward under autocast and return loss.item().")
+                                  "keep the forward under autocast and return loss.item()." if step == 0 else
+                                  "the previous update differed: clipping must see true gradients.")
+            for (name, p_ref), p_you in zip(ref_model.named_parameters(), your_model.parameters(), strict=True):
+                if not torch.allclose(p_ref, p_you, rtol=1e-3, atol=1e-5):
+                    raise CheckFailed(f"parameter {name} as a correct step leaves it after step {step} (max_norm "
+                                      f"{max_norm}, init scale {init_scale:g})",
+                                      f"a max difference of {(p_ref - p_you).abs().max().item():.3g}",
+                                      "clipping must see true gradients: scaler.unscale_(optimizer) before "
+                                      "clip_grad_norm_, and only once per step.")
         if pairs[1][2].get_scale() != pairs[0][2].get_scale():
             raise CheckFailed(f"the scaler's scale {pairs[0][2].get_scale():g} after {steps} steps",
                               f"{pairs[1][2].get_scale():g}", "one scaler.update() per step.")
-        for (name, p_ref), p_you in zip(ref_model.named_parameters(), your_model.parameters(), strict=True):
-            if not torch.allclose(p_ref, p_you, rtol=1e-3, atol=1e-5):
-                raise CheckFailed(f"parameter {name} as a correct step leaves it (max_norm {max_norm}, init scale "
-                                  f"{init_scale:g})", f"a max difference of {(p_ref - p_you).abs().max().item():.3g}",
-                                  "clipping must see true gradients: unscale_ before clip_grad_norm_, and only once.")
 
 
 def check_clipped_step(train_step: Callable[..., float]) -> Verdict:

@@ -29,8 +29,8 @@ TRAIN_STEPS = pick(20, 200, tiny=3)
 AMP_STEPS = pick(20, 100, tiny=3)  # section 4: FP32, FP16 weights + FP32 master, torch.amp (tiny GPT)
 MATMUL_N = pick(256, 8192, tiny=32)
 MLP_HIDDEN = pick(512, 4096, tiny=64)
-DRIFT_DIM = pick(128, 1024, tiny=32)  # section 6 runs on the CPU at every size
-DRIFT_STEPS = pick(100, 300, tiny=5)
+DRIFT_DIM = pick(128, 1024, tiny=64)  # section 6 runs on the CPU at every size
+DRIFT_STEPS = pick(100, 300, tiny=100)  # figures asserted at every size: as quick
 
 
 def _mlp_params(hidden: int) -> int:
