@@ -760,6 +760,20 @@ def install(profile: str = "t4") -> Profile:
         return param
 
     _patch(torch.nn.Parameter, "__new__", staticmethod(new_parameter))
+    make_wrapper = torch._C.TensorBase._make_wrapper_subclass
+
+    def make_wrapper_subclass(cls: type, *args: Any, **kwargs: Any) -> Any:
+        # Tensor subclasses (torchao's quantized optimizer states, NF4) build their wrapper with device=p.device:
+        # a simulated device there would give a wrapper whose ops dispatch to CUDA kernels.
+        simulated_device = _is_sim_device(kwargs.get("device"), p.kind)
+        if simulated_device:
+            kwargs["device"] = "cpu"
+        out = make_wrapper(cls, *args, **kwargs)
+        if simulated_device:
+            _mark(out)
+        return out
+
+    _patch(torch.Tensor, "_make_wrapper_subclass", staticmethod(make_wrapper_subclass))
     _MODES[:] = [_DeviceMode(state), _CounterMode(state)]
     for mode in _MODES:
         mode.__enter__()
