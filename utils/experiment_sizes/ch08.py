@@ -27,7 +27,7 @@ def gpt_config(size: str | None = None) -> GPTConfig:
 GPT_CFG = gpt_config()
 GPT_BATCH = pick(8, 32, tiny=2)
 GPT_STEPS = pick(20, 100, tiny=2)
-FP8_TRAIN_STEPS = pick(15, 100, tiny=2)  # section 4: BF16 vs torchao FP8 training of the same GPT
+FP8_TRAIN_STEPS = pick(8, 100, tiny=2)  # section 4: BF16 vs torchao FP8 training of the same GPT
 SCALED_MM_SIZES_FULL = {16: (512, 1024, 2048, 4096, 8192), 24: (512, 1024, 2048, 4096, 8192),
                         40: (512, 1024, 2048, 4096, 8192, 16384), 80: (512, 1024, 2048, 4096, 8192, 16384)}
 SCALED_MM_SIZES = pick((512, 1024, 2048), SCALED_MM_SIZES_FULL, tiny=(32,))
