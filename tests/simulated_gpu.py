@@ -13,7 +13,7 @@ before a notebook's first cell, through nbclient):
   `.cuda()`, `module.to(device)`. The tensors it creates are marked, and `tensor.device` / `.is_cuda` report
   the simulated device for marked tensors (and for what is computed from them), so code that asks a tensor
   where it lives takes its GPU branch. `autocast("cuda")` becomes CPU autocast (FP16 by default, as on CUDA).
-- Memory: bytes of the marked tensors' storages alive (checked lazily, so frees are seen late), one cuBLAS
+- Memory: bytes of the marked tensors' storages alive (a free is seen at the next allocation), one cuBLAS
   workspace at the first matmul and another at the first backward (8 MiB on sm75-89, 32 MiB on sm90), reserved
   memory in 2 MiB segments kept until empty_cache(), and an OutOfMemoryError past
   set_per_process_memory_fraction(...) x total memory.
@@ -153,14 +153,14 @@ class _State:
                 if known is not None and not known[0].expired():
                     continue
                 nbytes = -(-storage.nbytes() // 512) * 512
+                if self.since_sweep >= (1 if len(self.live) < 2000 else 64):
+                    self.sweep()  # frees are seen at the next allocation: peaks stay close to the real ones
                 self._grow(nbytes)
                 self.live[key] = (StorageWeakRef(storage), nbytes)
                 if self.history is not None:
                     self.history.append({"action": "alloc", "addr": key, "size": nbytes, "stream": 0,
                                          "frames": _python_frames()})
             self.since_sweep += 1
-            if self.since_sweep > 256:
-                self.sweep()
 
     def untrack(self, t: torch.Tensor) -> None:
         """`t` left the simulated GPU (a copy to the CPU): forget its storage, and its mark."""
