@@ -65,8 +65,32 @@ class Entry:
 
 
 def _entries() -> dict[str, Entry]:
-    from utils import (amp_trace, env, estimate, formats, glossary, hosted, lab_server, measure, models, oom, outputs,
-                       plan, plots, profiling, results, sizes, tables, timing, underflow, validate, widgets)
+    from utils import (
+        amp_trace,
+        env,
+        estimate,
+        formats,
+        glossary,
+        hosted,
+        lab_server,
+        measure,
+        models,
+        oom,
+        outputs,
+        plan,
+        plots,
+        profiling,
+        results,
+        sizes,
+        tables,
+        timing,
+        underflow,
+        validate,
+        widgets,
+    )
+
+    def matmul() -> torch.Tensor:
+        return torch.ones(2, 2) @ torch.ones(2, 2)
 
     shape = estimate.TransformerShape(n_layer=2, d_model=64, n_head=4, seq_len=32, vocab_size=128)
     precisions, optimizers = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"}, {"sgd", "sgd-momentum", "adam", "adamw"}
@@ -90,8 +114,9 @@ def _entries() -> dict[str, Entry]:
         "utils.formats.fields": Entry(formats.fields, lambda: {"code": 0x3C00, "fmt": "fp16"},
                                       {"fmt": _choice(fmts), "code": st.one_of(_not_int, st.integers(max_value=-1))}),
         "utils.sizes.pick": Entry(sizes.pick, lambda: {"quick": 1, "full": 2, "size": "quick"},
-                                  {"size": _choice(set(sizes.SIZES), optional=True), "tier": st.one_of(st.integers().filter(
-                                      lambda t: t not in sizes.TIERS), st.text(max_size=2))}),
+                                  {"size": _choice(set(sizes.SIZES), optional=True),
+                                   "tier": st.one_of(st.integers().filter(lambda t: t not in sizes.TIERS),
+                                                     st.text(max_size=2))}),
         "utils.sizes.tier_for_memory": Entry(sizes.tier_for_memory, lambda: {"total_bytes": 2**34},
                                              {"total_bytes": "count"}),
         "utils.sizes.tier_budget": Entry(sizes.tier_budget, lambda: {"tier": 16},
@@ -195,7 +220,7 @@ def _entries() -> dict[str, Entry]:
                                       {"fn": "callable", "warmup": "index", "repeats": "count"}),
         "utils.timing.matmul_tflops": Entry(timing.matmul_tflops, lambda: {"n": 8, "repeats": 1},
                                             {"n": "count", "dtype": dtype_bad, "repeats": "count"}),
-        "utils.timing.count_flops": Entry(timing.count_flops, lambda: {"fn": lambda: torch.ones(2, 2) @ torch.ones(2, 2)},
+        "utils.timing.count_flops": Entry(timing.count_flops, lambda: {"fn": matmul},
                                           {"fn": "callable"}),
         "utils.env.capability_gates": Entry(env.capability_gates, lambda: {"capability": (8, 0)},
                                             {"capability": st.one_of(st.text(max_size=3), st.just((8,)),
@@ -213,7 +238,7 @@ def _entries() -> dict[str, Entry]:
                                          "seq_len": "count", "vocab_size": "count"}),
         "utils.underflow.cast_outcomes": Entry(underflow.cast_outcomes, lambda: {"values": torch.ones(3)},
                                                {"values": "tensor", "dtype": dtype_bad, "scale": "positive"}),
-        "utils.amp_trace.op_dtypes": Entry(amp_trace.op_dtypes, lambda: {"fn": lambda: torch.ones(2, 2) @ torch.ones(2, 2)},
+        "utils.amp_trace.op_dtypes": Entry(amp_trace.op_dtypes, lambda: {"fn": matmul},
                                            {"fn": "callable", "device_type": _choice({"cpu", "cuda", "mps"})}),
         "utils.tables.show_table": Entry(tables.show_table, lambda: {"rows": [[1]], "headers": ["a"]},
                                          {"headers": st.one_of(st.just("ab"), st.just([]), st.just([1]))}),

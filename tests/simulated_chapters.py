@@ -1,0 +1,31 @@
+"""Every chapter under a SIMULATED GPU: control flow and messages, never figures (shared by the per-device files).
+
+Each chapter notebook runs at COURSE_SIZE=tiny in a fresh kernel with torch.cuda simulated on the CPU as a T4
+(capability 7.5, ~15 GiB) and as an H100 (9.0, ~79 GiB), and with an Apple GPU (MPS) simulated too
+(tests/simulated_gpu.py), so that every CUDA and MPS branch executes. No cell may end in an error or print a
+traceback. The counters the simulation reports are plausible, not measured: nothing here checks a figure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from simulated_gpu import PROFILES, run_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+SIM_CELL_TIMEOUT = int(os.environ.get("COURSE_SIM_CELL_TIMEOUT", "240"))
+
+
+def check_chapter(notebook: str, profile: str) -> None:
+    failures, lines, seconds = run_notebook(str(ROOT / "notebooks" / notebook), profile, size="tiny",
+                                            cell_timeout=SIM_CELL_TIMEOUT)
+    print(f"{notebook} as {profile}: {seconds:.1f} s")
+    assert not failures, f"{notebook} under a simulated {profile}:\n" + "\n".join(map(str, failures))
+    if notebook.startswith("00_"):  # chapter 00 names the device and answers the T4 trap in one line each
+        text = "\n".join(lines)
+        assert f"on {PROFILES[profile].kind}: {PROFILES[profile].name}" in text or profile == "mps"
+        assert "is inside the tested range" in text and "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" in text
+        if profile == "t4":
+            assert "torch.cuda.is_bf16_supported() says True; the capability gate says BF16 native = False" in text
