@@ -266,7 +266,11 @@ class TransformerShape:
 
 
 def shape_of(cfg: Any) -> TransformerShape:
-    """The TransformerShape of a utils.models.GPTConfig."""
+    """The TransformerShape of a utils.models.GPTConfig (or any object with the same five fields)."""
+    missing = [f for f in ("n_layer", "d_model", "n_head", "seq_len", "vocab_size") if not hasattr(cfg, f)]
+    if missing:
+        raise TypeError(f"cfg must be a GPTConfig (with n_layer, d_model, n_head, seq_len, vocab_size); "
+                        f"got {type(cfg).__name__}, missing {', '.join(missing)}")
     return TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)
 
 

@@ -29,7 +29,8 @@ _PROTECTED = re.compile(r"```.*?```|`[^`\n]*`|!?\[[^\]]*\]\([^)]*\)|\$\$.*?\$\$|
 # Decimal byte units in prose; allowed for marketed GPU sizes and bandwidths.
 _DECIMAL_UNIT = re.compile(r"\b(KB|MB|GB|TB)\b(?!/s)")
 _ALLOWED_CONTEXT = re.compile(
-    r"\b(T4|L4|A10G?|A100|H100|H200|B200|V100|RTX\s?\d+|GPU|GPUs|card|marketed|HBM\d?e?|decimal|[Cc]laims?)\b")
+    r"\b(T4|L4|A10G?|A100|H100|H200|B200|V100|RTX\s?\d+|GPU|GPUs|card|marketed|marketing|HBM\d?e?|decimal|[Cc]laims?)\b"
+    r"|10\^9|10⁹")
 
 
 @dataclass(frozen=True)

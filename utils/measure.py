@@ -43,6 +43,8 @@ def _check_module(model: Any, name: str = "model") -> None:
 def parameter_bytes(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
     """Bytes of the model's parameters, each shared storage counted once."""
     _check_module(model)
+    if not isinstance(trainable_only, bool):
+        raise TypeError(f"trainable_only must be True or False, got {type(trainable_only).__name__}")
     return _unique_storage_bytes(p for p in model.parameters() if p.requires_grad or not trainable_only)
 
 

@@ -109,6 +109,8 @@ class GPT(nn.Module):
 def gpt_batch(cfg: GPTConfig, batch: int, *, device: torch.device | str = "cpu", seed: int = 0
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """A deterministic batch of token ids and next-token targets for `cfg` (a learnable pattern)."""
+    if not isinstance(cfg, GPTConfig):
+        raise TypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}")
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     g = torch.Generator().manual_seed(seed)

@@ -39,6 +39,8 @@ class OomResult:
 
 def is_oom(exc: BaseException) -> bool:
     """True for an out-of-memory error: torch.OutOfMemoryError (CUDA, MPS) or the CPU allocator's RuntimeError."""
+    if not isinstance(exc, BaseException):
+        raise TypeError(f"exc must be an exception, got {type(exc).__name__}")
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     return isinstance(exc, RuntimeError) and any(t in str(exc).lower() for t in _OOM_TEXTS)
