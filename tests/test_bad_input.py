@@ -62,17 +62,23 @@ class Entry:
     call: Callable[..., Any]
     valid: Callable[[], dict[str, Any]]
     kinds: dict[str, str | st.SearchStrategy[Any]] = field(default_factory=dict)
+    run_valid: bool = True  # False where a valid call starts processes or trains (its own tests cover it)
 
 
 def _entries() -> dict[str, Entry]:
     from utils import (
         amp_trace,
+        chapters,
+        distributed,
         env,
         estimate,
         formats,
+        fsdp_demo,
         glossary,
+        grade,
         hosted,
         lab_server,
+        labs,
         measure,
         models,
         oom,
@@ -105,7 +111,13 @@ def _entries() -> dict[str, Entry]:
     dtype_bad = st.one_of(_junk, st.integers(), st.just("float16"))
 
     fmts = set(formats.FORMATS) if hasattr(formats, "FORMATS") else {"fp32", "fp16", "bf16"}
-    return {
+    footprints = {}
+    for info in pkgutil.iter_modules(importlib.import_module("utils.experiment_sizes").__path__):
+        module = importlib.import_module(f"utils.experiment_sizes.{info.name}")
+        footprints[f"utils.experiment_sizes.{info.name}.footprints"] = Entry(
+            module.footprints, lambda: {"tier": 16},
+            {"tier": st.one_of(st.integers().filter(lambda t: t not in sizes.TIERS), _junk, st.booleans())})
+    return footprints | {
         "utils.formats.encode": Entry(formats.encode, lambda: {"x": 1.5, "fmt": "fp16"},
                                       {"fmt": _choice(fmts), "x": st.one_of(_junk, st.booleans())}),
         "utils.formats.decode": Entry(formats.decode, lambda: {"code": 0x3C00, "fmt": "fp16"},
@@ -200,6 +212,71 @@ def _entries() -> dict[str, Entry]:
                                                     "top": "count"}),
         "utils.oom.run_oom_safe": Entry(oom.run_oom_safe, lambda: {"fn": lambda: 1}, {"fn": "callable"}),
         "utils.oom.is_oom": Entry(oom.is_oom, lambda: {"exc": RuntimeError("x")}, {"exc": "module"}),
+        "utils.formats.get_format": Entry(formats.get_format, lambda: {"fmt": "fp16"}, {"fmt": _choice(fmts)}),
+        "utils.chapters.chapter_support": Entry(chapters.chapter_support,
+                                                lambda: {"chapter": "01", "capability": (8, 0)},
+                                                {"chapter": _choice({f"{i:02d}" for i in range(10)}),
+                                                 "capability": st.one_of(st.text(max_size=3), st.just((8,)))}),
+        "utils.distributed.launch_script": Entry(distributed.launch_script, lambda: {"script": __file__},
+                                                 {"world_size": "count", "timeout_s": "positive",
+                                                  "script": st.one_of(st.none(), st.integers(),
+                                                                      st.just("no-such-script.py"))},
+                                                 run_valid=False),
+        "utils.distributed.fsdp2_demo": Entry(distributed.fsdp2_demo, lambda: {},
+                                              {"width": "count", "world_size": "count", "timeout_s": "positive"},
+                                              run_valid=False),
+        "utils.fsdp_demo.fsdp_peaks": Entry(fsdp_demo.fsdp_peaks, lambda: {},
+                                            {"width": "count", "depth": "count", "batch": "count",
+                                             "world_size": "count", "timeout_s": "positive"}, run_valid=False),
+        "utils.fsdp_demo.blocks_model": Entry(fsdp_demo.blocks_model, lambda: {"width": 4, "depth": 2},
+                                              {"width": "count", "depth": "count"}),
+        "utils.env.nvidia_smi_memory_used": Entry(env.nvidia_smi_memory_used, lambda: {"index": 0},
+                                                  {"index": st.one_of(st.booleans(), st.floats(), st.text(max_size=2),
+                                                                      st.integers(max_value=-1)),
+                                                   "timeout_s": "positive"}),
+        "utils.estimate.make_optimizer": Entry(estimate.make_optimizer,
+                                               lambda: {"optimizer": "adamw", "params": model().parameters()},
+                                               {"optimizer": _choice(optimizers), "lr": "positive"}),
+        "utils.plan.activation_terms": Entry(plan.activation_terms,
+                                             lambda: {"shape": shape, "micro_batch": 1, "regime": "fp32",
+                                                      "checkpointing": False},
+                                             {"shape": "module", "micro_batch": "count", "checkpointing": "flag",
+                                              "regime": _choice({"fp32", "bf16-mixed", "bf16"})}),
+        "utils.plan.optimizer_state_bytes_per_param": Entry(plan.optimizer_state_bytes_per_param,
+                                                            lambda: {"optimizer": "adamw"},
+                                                            {"optimizer": _choice({"adamw", "adamw8bit",
+                                                                                   "adamw4bit"})}),
+        "utils.plan.block_parameters": Entry(plan.block_parameters, lambda: {"shape": shape}, {"shape": "module"}),
+        "utils.plan.run_choice": Entry(plan.run_choice, lambda: {"cfg": models.GPTConfig(), "choice": plan.Choice()},
+                                       {"choice": "module", "steps": "count"}, run_valid=False),
+        "utils.measure.owned_state_bytes": Entry(measure.owned_state_bytes, lambda: {"model": model()},
+                                                 {"model": "module"}),
+        "utils.measure.step_peak_by_category": Entry(measure.step_peak_by_category,
+                                                     lambda: {"step": step, "model": model()},
+                                                     {"step": "callable", "model": "module", "steps": "count"}),
+        "utils.oom.run_step_oom_safe": Entry(oom.run_step_oom_safe,
+                                             lambda: {"step": lambda: None,
+                                                      "optimizer": torch.optim.SGD(model().parameters(), lr=0.1)},
+                                             {"step": "callable", "optimizer": "module"}),
+        "utils.oom.memory_fraction_cap": Entry(lambda **kw: oom.memory_fraction_cap(**kw).__enter__(),
+                                               lambda: {"fraction": 0.5}, {"fraction": "fraction"}, run_valid=False),
+        "utils.profiling.frame_label": Entry(profiling.frame_label, lambda: {"frames": []},
+                                             {"frames": st.one_of(st.none(), st.integers(), st.text(max_size=3))}),
+        "utils.profiling.graph_held_bytes": Entry(profiling.graph_held_bytes, lambda: {"roots": []},
+                                                  {"roots": st.one_of(st.integers(), st.text(max_size=3))}),
+        "utils.results.claims_ledger": Entry(results.claims_ledger, lambda: {},
+                                             {"root": st.one_of(st.integers(), st.floats())}),
+        "utils.results.reference_summary": Entry(results.reference_summary, lambda: {},
+                                                 {"root": st.one_of(st.integers(), st.floats())}),
+        "utils.glossary.github_anchor": Entry(glossary.github_anchor, lambda: {"heading": "ULP"}, {"heading": "text"}),
+        "utils.labs.strip_solution": Entry(labs.strip_solution, lambda: {"source": "x = 1", "exercise": "1.1",
+                                                                         "task": "t"},
+                                            {"source": st.one_of(st.none(), st.integers(), st.just(b"x"))}),
+        "utils.grade.collect": Entry(grade.collect, lambda: {"paths": [Path(__file__).parent.parent / "labs"]},
+                                     {"paths": st.one_of(st.none(), st.integers(), st.just([3]))}),
+        "utils.widgets.log2_slider": Entry(widgets.log2_slider, lambda: {"value": 4, "low": 1, "high": 16},
+                                           {"value": st.one_of(_not_int, st.just(3), st.just(64)),
+                                            "low": st.one_of(_not_int, st.integers(max_value=-1))}),
         "utils.formats.describe": Entry(formats.describe, lambda: {"x": 0.1, "fmt": "bf16"}, {"fmt": _choice(fmts)}),
         "utils.formats.spacing": Entry(formats.spacing, lambda: {"x": 0.1, "fmt": "bf16"}, {"fmt": _choice(fmts)}),
         "utils.formats.format_properties": Entry(formats.format_properties, lambda: {"fmt": "fp8_e4m3"},
@@ -252,7 +329,54 @@ def _entries() -> dict[str, Entry]:
     }
 
 
-EXEMPT: dict[str, str] = {}
+EXEMPT_PREFIXES: dict[str, str] = {
+    "utils.checks.": "lab check or its helper: turns any learner answer into a verdict (never raises at the learner); "
+                     "tested by the lab tests and the grader's planted submissions",
+    "utils.validate.": "the validators themselves (test_validators_name_the_argument)",
+}
+EXEMPT: dict[str, str] = {
+    **{f"utils.{m}.main": "command: its arguments and files are tested in tests/test_commands.py"
+       for m in ("chapters", "estimate", "glossary", "gpu_check", "grade", "hosted", "lab_server", "labs", "outputs",
+                 "results")},
+    **{n: "takes no arguments" for n in (
+        "utils.env.default_device", "utils.env.mps_available", "utils.env.mps_memory", "utils.env.package_versions",
+        "utils.env.transformer_engine_status", "utils.sizes.experiment_size", "utils.sizes.memory_tier",
+        "utils.chapters.support_matrix", "utils.distributed.free_port", "utils.oom.free_memory",
+        "utils.profiling.live_tensors", "utils.profiling.gc_tensors", "utils.measure.make_mem_tracker",
+        "utils.glossary.terms", "utils.results.load_claims", "utils.hosted.repository_url", "utils.hosted.chapters",
+        "utils.gpu_check.chapter_notebooks")},
+    **{n: "parses tool or file output: returns a value meaning 'unknown' for anything unparsable, by design "
+          "(tested in test_env / test_profiling)" for n in (
+        "utils.env.parse_nvidia_smi_mib", "utils.env.torch_version_note", "utils.env.tf32_override_note",
+        "utils.profiling.is_user_frame", "utils.profiling.profiler_timeline")},
+    **{n: "grader and lab-tool internals, called only with notebooks the command validated; the commands' bad input "
+          "is tested in test_commands.py and test_grade.py" for n in (
+        "utils.labs.parse_check_call",
+        "utils.grade.execute", "utils.grade.find_lab", "utils.grade.grade_notebook", "utils.grade.gradescope_results",
+        "utils.grade.metadata_problem", "utils.grade.prepare", "utils.grade.report", "utils.grade.score",
+        "utils.grade.write_gradescope", "utils.labs.check_labs", "utils.labs.content_hash",
+        "utils.labs.course_metadata",
+        "utils.labs.guide_section", "utils.labs.guide_text", "utils.labs.hidden_exercises", "utils.labs.hidden_path",
+        "utils.labs.lab_exercises", "utils.labs.make_lab", "utils.labs.read_notebook", "utils.labs.rubric_markdown",
+        "utils.labs.write_guide", "utils.labs.write_labs", "utils.outputs.code_hash", "utils.outputs.execute",
+        "utils.outputs.problems", "utils.hosted.apply", "utils.hosted.bootstrap_source", "utils.hosted.expected_cells",
+        "utils.hosted.problems", "utils.glossary.apply", "utils.glossary.link_first_uses",
+        "utils.glossary.unlinked_terms", "utils.gpu_check.check", "utils.gpu_check.estimator_check",
+        "utils.gpu_check.report", "utils.gpu_check.run_chapter", "utils.bitview.bits_html",
+        "utils.bitview.stored_table_html")},
+    **{n: "CUDA-only or a context manager: its arguments are tested in test_measure / test_env under the simulated GPU"
+       for n in ("utils.measure.cuda_peak", "utils.measure.warm_up_cuda", "utils.measure.peak_by_category",
+                 "utils.env.tf32_matmuls", "utils.estimate.checkpointed", "utils.profiling.plot_snapshot")},
+    "utils.estimate.measure_step": "trains a real step; its model/optimizer/precision arguments go through "
+                                   "estimate_memory's validated names (test_estimate)",
+    **{f"utils.experiment_sizes.ch{n}.gpt_config": "the chapter's model config for a size; the size goes through "
+                                                   "utils.sizes.pick, which rejects bad sizes by name"
+       for n in ("01", "03", "04", "07", "08")},
+    "utils.estimate.validate": "runs the course's validation configurations; test_estimate covers it",
+    "utils.plan.make_optimizer": "builds torchao optimizers for run_choice, which validates its Choice first",
+    "utils.results.recording_enabled": "reads COURSE_RECORD and rejects bad values by name "
+                                       "(test_results_tables_widgets)",
+}
 
 
 def _public_functions() -> list[str]:
@@ -293,7 +417,8 @@ def test_bad_values_are_rejected_by_name(name: str, arg: str) -> None:
 @pytest.mark.parametrize("name", sorted(_entries()))
 def test_valid_calls_work(name: str) -> None:
     entry = _entries()[name]
-    entry.call(**entry.valid())
+    if entry.run_valid:
+        entry.call(**entry.valid())
 
 
 def test_validators_name_the_argument() -> None:
@@ -311,11 +436,6 @@ def test_validators_name_the_argument() -> None:
 def test_inventory_is_complete() -> None:
     """Every public function is in the inventory or exempt with a reason (the closing note's table)."""
     covered = set(_entries()) | set(EXEMPT)
-    missing = [n for n in _public_functions() if n not in covered]
-    pytest.xfail(f"{len(missing)} public functions not yet in the inventory") if missing else None
-    assert not missing
-
-
-def test_inventory_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    rows = [(n, ", ".join(e.kinds) or "-") for n, e in _entries().items()]
-    assert rows
+    missing = [n for n in _public_functions()
+               if n not in covered and not any(n.startswith(p) for p in EXEMPT_PREFIXES)]
+    assert not missing, f"add these to INVENTORY (tests/test_bad_input.py) or EXEMPT with a reason: {missing}"

@@ -110,10 +110,10 @@ def _run_workers(target: Any, world_size: int, args: tuple, timeout_s: float) ->
 def fsdp2_demo(width: int = 64, world_size: int = 2, timeout_s: float = 90) -> dict[str, Any]:
     """Per-rank bytes of parameters, gradients and optimizer states under FSDP2 on `world_size` gloo processes,
     beside the unsharded sizes."""
-    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
-        raise ValueError(f"width must be a positive int, got {width!r}")
-    if not isinstance(world_size, int) or world_size < 2:
-        raise ValueError(f"world_size must be an int of at least 2, got {world_size!r}")
+    # Every argument is checked before a worker starts: a bad timeout must never leave processes behind.
+    check_int("width", width, minimum=1)
+    check_int("world_size", world_size, minimum=2, maximum=8)
+    check_number("timeout_s", timeout_s, positive=True)
     return _run_workers(_fsdp2_worker, world_size, (width,), timeout_s)
 
 
@@ -136,10 +136,12 @@ def launch_script(script: str | os.PathLike, *, world_size: int = 2, timeout_s: 
     sets), plus COURSE_DIST_OUT. All processes are joined; any still running after `timeout_s` seconds is killed with
     its children, and a RuntimeError says so. A worker that fails raises a RuntimeError with the end of its stderr.
     """
+    if not isinstance(script, str | os.PathLike):
+        raise TypeError(f"script must be a path (str or os.PathLike), got {type(script).__name__}")
     path = Path(script)
     if not path.is_file():
         raise ValueError(f"script must be an existing file, got {str(script)!r}")
-    check_int("world_size", world_size, minimum=2)
+    check_int("world_size", world_size, minimum=2, maximum=8)
     check_number("timeout_s", timeout_s, positive=True)
     if not isinstance(args, tuple) or not all(isinstance(a, str) for a in args):
         raise TypeError(f"args must be a tuple of str, got {args!r}")

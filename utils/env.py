@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from utils.validate import check_bool, check_choice, check_int, check_str
+from utils.validate import check_bool, check_choice, check_int, check_number, check_str
 
 BF16_MIN_CAPABILITY = (8, 0)  # Ampere: BF16 Tensor Cores
 TF32_MIN_CAPABILITY = (8, 0)  # Ampere: TF32 Tensor Cores
@@ -146,6 +146,7 @@ def nvidia_smi_memory_used(index: int | None = None, *, timeout_s: float = 10.0)
     if index is None:
         index = torch.cuda.current_device() if torch.cuda.is_available() else 0
     check_int("index", index, minimum=0)
+    check_number("timeout_s", timeout_s, positive=True)
     try:
         done = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=memory.used",
                                "--format=csv,noheader,nounits"], capture_output=True, text=True,

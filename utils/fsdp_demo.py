@@ -34,6 +34,8 @@ __all__ = ["blocks_model", "fsdp_peaks"]
 
 def blocks_model(width: int, depth: int) -> nn.Sequential:
     """`depth` MLP blocks (width -> 4 width -> width), the transformer's MLP without attention."""
+    check_int("width", width, minimum=1)
+    check_int("depth", depth, minimum=1)
     torch.manual_seed(0)
     return nn.Sequential(*(nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
                            for _ in range(depth)))

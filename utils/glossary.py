@@ -42,6 +42,9 @@ class Term:
 
 def github_anchor(heading: str) -> str:
     """The anchor GitHub (and JupyterLab) give a Markdown heading."""
+    if not isinstance(heading, str) or not heading.strip():
+        raise (TypeError if not isinstance(heading, str) else ValueError)(
+            f"heading must be a non-empty str, got {heading!r}")
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
     return text.replace(" ", "-")
 

@@ -361,9 +361,11 @@ def _zeroed(path: Path, labs_dir: Path, reason: str) -> SubmissionScore:
 
 def collect(paths: list[Path]) -> list[Path]:
     """The notebooks named, and those inside the folders named (checkpoints skipped)."""
+    if not isinstance(paths, list | tuple):
+        raise TypeError(f"paths must be a list of notebook or folder paths, got {type(paths).__name__}")
     found = []
     for p in paths:
-        p = Path(check_instance("path", p, (str, Path)))
+        p = Path(check_instance("paths item", p, (str, Path)))
         if p.is_dir():
             found += [q for q in sorted(p.rglob("*.ipynb")) if ".ipynb_checkpoints" not in q.parts]
         elif p.suffix == ".ipynb" and p.is_file():

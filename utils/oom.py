@@ -79,6 +79,8 @@ def run_step_oom_safe(step: Callable[..., Any], optimizer: torch.optim.Optimizer
     """`run_oom_safe(step, *args, **kwargs)`, then `optimizer.zero_grad(set_to_none=True)` in a `finally`:
     a step that ran out of memory in backward or in the optimizer step leaves no gradient behind."""
     check_instance("optimizer", optimizer, torch.optim.Optimizer)
+    if not callable(step):
+        raise TypeError(f"step must be callable, got {type(step).__name__}")
     try:
         return run_oom_safe(step, *args, **kwargs)
     finally:

@@ -157,15 +157,17 @@ class Choice:
 
 def block_parameters(shape: TransformerShape) -> int:
     """Parameters of one transformer block: 12 d^2 in matrices plus 13 d in biases and LayerNorms."""
+    check_instance("shape", shape, TransformerShape)
     return 12 * shape.d_model**2 + 13 * shape.d_model
 
 
 def activation_terms(shape: TransformerShape, micro_batch: int, regime: str, checkpointing: bool) -> dict[str, int]:
-    """Chapter 01's saved activations for a regime, and backward's transients:
+    """Chapter 01's saved activations for a regime, and backward's transients (`shape` a TransformerShape):
     - saved: what autograd keeps until backward (a BF16 base runs its residual stream in BF16, and its logits
       are up-cast to FP32 for the loss: 2 more bytes per logit than the pure-BF16 formula counts);
     - recomputed block: under checkpointing, backward re-runs one block and holds its activations;
     - logits gradient: the FP32 gradient of tokens x vocabulary logits, alive at the start of backward."""
+    check_instance("shape", shape, TransformerShape)
     check_int("micro_batch", micro_batch, minimum=1)
     check_bool("checkpointing", checkpointing)
     precision = {"fp32": "fp32", "bf16-mixed": "bf16-mixed", "bf16": "bf16", "offload": "bf16",

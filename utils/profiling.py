@@ -135,6 +135,8 @@ def frame_label(frames: list[Mapping[str, Any]]) -> str:
     """'name (file.py:line)' of the first frame outside torch that is Python code (a snapshot recorded with
     stacks="python" has only Python frames; with stacks="all" the C++ frames come first and are skipped), or
     "unknown (no Python frame)" when there is none."""
+    if not isinstance(frames, list) or not all(isinstance(f, Mapping) for f in frames):
+        raise TypeError(f"frames must be a list of frame dicts (a snapshot's 'frames'), got {type(frames).__name__}")
     user = next((f for f in frames if is_user_frame(f)), None)
     if user is None:
         return "unknown (no Python frame)"

@@ -166,8 +166,14 @@ def reference_results(chapter: str, root: Path | None = None) -> list[dict[str, 
     return sorted(runs, key=lambda r: r["device"]["name"])
 
 
+def _check_root(root: object) -> None:
+    if root is not None and not isinstance(root, str | os.PathLike):
+        raise TypeError(f"root must be a results folder path or None, got {type(root).__name__}")
+
+
 def reference_summary(root: Path | None = None) -> list[list[str]]:
     """One row per saved reference run: device, capability, torch, size, date, chapter (for chapter 00)."""
+    _check_root(root)
     rows = []
     for path in sorted(Path(root or RESULTS_DIR).glob("*/*.json")):
         run = json.loads(path.read_text(encoding="utf-8"))
@@ -179,6 +185,7 @@ def reference_summary(root: Path | None = None) -> list[list[str]]:
 
 def claims_ledger(root: Path | None = None) -> str:
     """A Markdown table of every claim: what each saved run measured, where, and the verdict."""
+    _check_root(root)
     claims = load_claims()
     records: dict[str, list[tuple[str, dict[str, Any]]]] = {cid: [] for cid in claims}
     for path in sorted(Path(root or RESULTS_DIR).glob("*/*.json")):

@@ -88,8 +88,10 @@ def slider(value: int, low: int, high: int, step: int = 1, description: str = ""
 def log2_slider(value: int, low: int, high: int, description: str = "") -> widgets.SelectionSlider:
     """A slider over powers of two from 2**low to 2**high (values are the ints themselves)."""
     check_str("description", description, non_empty=False)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (value, low, high)) or not low <= high:
-        raise ValueError(f"low <= high must be ints (exponents), got low={low!r}, high={high!r}")
+    for name, v in (("value", value), ("low", low), ("high", high)):
+        check_int(name, v, minimum=0)
+    if not low <= high:
+        raise ValueError(f"low must be <= high (exponents), got low={low!r}, high={high!r}")
     options = [2**k for k in range(low, high + 1)]
     if value not in options:
         raise ValueError(f"value must be a power of two between 2**{low} and 2**{high}, got {value!r}")
