@@ -63,7 +63,7 @@ def test_step_probe_bad_input():
     with pytest.raises(TypeError, match="optimizer"):
         oom.run_step_oom_safe(lambda: 1, "sgd")
     _, opt = _model_and_opt()
-    with pytest.raises(TypeError, match="fn"):
+    with pytest.raises(TypeError, match="step"):
         oom.run_step_oom_safe(3, opt)
 
 
