@@ -3,12 +3,11 @@ chapter's full sizes fit every tier."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
+from lab_helpers import hidden_cases, solution_namespace
 
 from utils.checks.core import CheckFailed
 from utils.sizes import TIERS, tier_budget
@@ -17,20 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _hidden():
-    spec = importlib.util.spec_from_file_location("hidden_ch04", ROOT / "grading" / "hidden" / "ch04.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.HIDDEN
+    return hidden_cases("04")
 
 
 def _solution_namespace() -> dict:
-    nb = nbformat.read(ROOT / "solutions" / "04_automatic_mixed_precision.ipynb", as_version=4)
-    ns: dict = {}
-    for cell in nb.cells:
-        course = cell.metadata.get("course", {})
-        if cell.cell_type == "code" and "check" not in course and "answer" not in course:
-            exec(cell.source, ns)
-    return ns
+    return solution_namespace("04_automatic_mixed_precision.ipynb")
 
 
 def test_solutions_pass_hidden_cases_quick_ones():

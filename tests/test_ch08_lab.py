@@ -3,13 +3,13 @@ chapter's lesson code (extracted from the notebook) agrees with the checks' refe
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import nbformat
 import pytest
 import torch
+from lab_helpers import hidden_cases, solution_namespace
 
 from utils.checks.ch08 import E4M3, reference_mx_dequantize, reference_scale_and_clipped
 from utils.checks.core import CheckFailed
@@ -19,20 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _hidden():
-    spec = importlib.util.spec_from_file_location("hidden_ch08", ROOT / "grading" / "hidden" / "ch08.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.HIDDEN
+    return hidden_cases("08")
 
 
 def _solution_namespace() -> dict:
-    nb = nbformat.read(ROOT / "solutions" / "08_fp8_transformer_engine.ipynb", as_version=4)
-    ns: dict = {}
-    for cell in nb.cells:
-        course = cell.metadata.get("course", {})
-        if cell.cell_type == "code" and "check" not in course and "answer" not in course:
-            exec(cell.source, ns)
-    return ns
+    return solution_namespace("08_fp8_transformer_engine.ipynb")
 
 
 def test_solutions_pass_hidden_cases():
