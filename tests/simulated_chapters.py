@@ -8,13 +8,30 @@ traceback. The counters the simulation reports are plausible, not measured: noth
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 from simulated_gpu import PROFILES, run_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# What tells a T4 from an H100 at COURSE_SIZE=tiny: the compute capability and what is gated on it (BF16, TF32,
+# FP8, Transformer Engine). Memory tiers pick full sizes only. A chapter whose code reads none of these takes
+# the same path on both, so the H100 runs only the chapters that do (tests/test_simulated_gpu.py checks that
+# utils reads the capability only in the modules that answer these questions, never behind a chapter's back).
+CAPABILITY_READS = re.compile(r"capability|is_bf16_supported|gates\.|transformer_engine_status|te_status|tf32")
+CAPABILITY_MODULES = ("env", "chapters", "gpu_check", "results")
+
+
+def reads_capability(notebook: str) -> bool:
+    """Whether a chapter's code cells read the compute capability or a gate derived from it."""
+    cells = json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
+    return any(CAPABILITY_READS.search("".join(c["source"])) for c in cells if c["cell_type"] == "code")
+
+
+CAPABILITY_CHAPTERS = [c for c in CHAPTERS if reads_capability(c)]
 SIM_CELL_TIMEOUT = int(os.environ.get("COURSE_SIM_CELL_TIMEOUT", "240"))
 
 

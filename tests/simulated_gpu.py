@@ -18,6 +18,8 @@ before a notebook's first cell, through nbclient):
   memory in 2 MiB segments kept until empty_cache(), and an OutOfMemoryError past
   set_per_process_memory_fraction(...) x total memory.
 - A fake `nvidia-smi` on PATH (see `fake_nvidia_smi_dir`) prints a memory.used figure.
+- `utils.timing.time_fn` takes one sample without warm-up: under the modes every op runs slowly in Python, and a
+  timing here is never a figure anyway (a chapter's timing cells took 35 of its 75 s at five samples).
 """
 
 from __future__ import annotations
@@ -774,10 +776,25 @@ def install(profile: str = "t4") -> Profile:
         return out
 
     _patch(torch.Tensor, "_make_wrapper_subclass", staticmethod(make_wrapper_subclass))
+    _one_sample_timings()
     _MODES[:] = [_DeviceMode(state), _CounterMode(state)]
     for mode in _MODES:
         mode.__enter__()
     return p
+
+
+def _one_sample_timings() -> None:
+    """Time every call once, without warm-up (the chapters' control flow is unchanged: a Timing comes back)."""
+    timing = importlib.import_module("utils.timing")
+    time_fn = timing.time_fn
+
+    @functools.wraps(time_fn)
+    def one_sample(fn: Any, *, warmup: int = 2, repeats: int = 5, **kwargs: Any) -> Any:
+        if isinstance(warmup, int) and isinstance(repeats, int) and warmup >= 0 and repeats >= 1:
+            warmup, repeats = 0, 1  # bad arguments still reach time_fn and its errors
+        return time_fn(fn, warmup=warmup, repeats=repeats, **kwargs)
+
+    _patch(timing, "time_fn", one_sample)
 
 
 def uninstall() -> None:
@@ -861,6 +878,8 @@ def run_notebook(path: str, profile: str, *, size: str = "tiny", cell_timeout: i
     import nbformat
     from nbclient import NotebookClient
 
+    from utils.kernels import notebook_client_config
+
     if profile not in PROFILES and profile != "cpu":
         raise ValueError(f"profile must be one of {sorted(PROFILES)} or 'cpu', got {profile!r}")
     nb = nbformat.read(path, as_version=4)
@@ -873,6 +892,7 @@ def run_notebook(path: str, profile: str, *, size: str = "tiny", cell_timeout: i
             env["PATH"] = fake_nvidia_smi_dir(tmp) + os.pathsep + env.get("PATH", "")
         env.update(extra_env or {})
         client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+                                config=notebook_client_config(),
                                 resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
         t0 = time.perf_counter()
         client.execute(env=env)

@@ -16,6 +16,7 @@ import torch
 from nbclient import NotebookClient
 
 from utils import hosted
+from utils.kernels import notebook_client_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -102,7 +103,8 @@ def test_bootstrap_in_a_torch_only_venv_then_chapter_00(tmp_path: Path) -> None:
     os.environ["JUPYTER_PATH"] = str(tmp_path / "jupyter")
     try:
         nb = nbformat.read(clone / "notebooks" / "00_setup_and_environment.ipynb", as_version=4)
-        NotebookClient(nb, kernel_name="hosted", timeout=300, resources={"metadata": {"path": str(work)}}).execute()
+        NotebookClient(nb, kernel_name="hosted", timeout=300, config=notebook_client_config(),
+                       resources={"metadata": {"path": str(work)}}).execute()
     finally:
         del os.environ["JUPYTER_PATH"]
     first_output = next(c for c in nb.cells if c.cell_type == "code").outputs[0]["text"]

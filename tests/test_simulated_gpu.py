@@ -1,9 +1,10 @@
 """Every chapter under a SIMULATED GPU: control flow and messages, never figures.
 
 Each chapter notebook runs at COURSE_SIZE=tiny in a fresh kernel with torch.cuda simulated on the CPU as a T4
-(capability 7.5, ~15 GiB) and as an H100 (9.0, ~79 GiB), and with an Apple GPU (MPS) simulated too
-(tests/simulated_gpu.py), so that every CUDA and MPS branch executes. No cell may end in an error or print a
-traceback. The counters the simulation reports are plausible, not measured: nothing here checks a figure.
+(capability 7.5, ~15 GiB) and with an Apple GPU (MPS) simulated (tests/simulated_gpu.py), and the chapters that
+read the capability also as an H100 (9.0, ~79 GiB), so that every CUDA and MPS branch executes. No cell may end
+in an error or print a traceback. The counters the simulation reports are plausible, not measured: nothing here
+checks a figure.
 The notebook runs live in tests/test_simulated_gpu_{t4,h100,mps}.py, one file per device so that pytest-xdist
 (--dist loadfile) spreads them over its workers; this file tests the simulation itself.
 """
@@ -21,7 +22,33 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
+def test_only_the_modules_that_answer_it_read_the_capability():
+    """The H100 runs only the chapters whose code reads the capability (CAPABILITY_CHAPTERS): that is enough only
+    if no other utils module branches on it behind a chapter's back."""
+    import re
+
+    from simulated_chapters import CAPABILITY_CHAPTERS, CAPABILITY_MODULES
+
+    reads = re.compile(r"get_device_capability|capability_gates|is_bf16_supported|\.capability\b|"
+                       r"transformer_engine_status")
+    readers = sorted(p.stem for p in (ROOT / "utils").rglob("*.py") if reads.search(p.read_text()))
+    assert set(readers) <= set(CAPABILITY_MODULES), readers
+    assert {"00_setup_and_environment.ipynb", "04_automatic_mixed_precision.ipynb",
+            "08_fp8_transformer_engine.ipynb"} <= set(CAPABILITY_CHAPTERS)
+
+
 # --- the simulation itself, in this process ---
+
+def test_timings_take_one_sample_under_the_simulation():
+    import utils.timing as timing
+
+    original, calls = timing.time_fn, []
+    with simulated("t4"):
+        t = timing.time_fn(lambda: calls.append(1), warmup=2, repeats=5)
+        assert len(calls) == 1 and len(t.samples_s) == 1 and "CUDA events" in t.device
+        with pytest.raises(ValueError, match="repeats"):
+            timing.time_fn(lambda: None, repeats=0)
+    assert timing.time_fn is original
 
 def test_simulation_maps_the_device_to_the_cpu_and_back():
     real = torch.cuda.is_available()

@@ -107,6 +107,8 @@ def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, rec
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+    from utils.kernels import notebook_client_config
+
     check_choice("size", size, ("tiny", "quick", "full"))
     check_int("cell_timeout", cell_timeout, minimum=1)
     check_bool("record", record)
@@ -118,6 +120,7 @@ def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, rec
     env = dict(os.environ, COURSE_SIZE=size, COURSE_RECORD="1" if record else "0", MPLBACKEND="Agg")
     env.update(extra_env or {})
     client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+                            config=notebook_client_config(),
                             resources={"metadata": {"path": str(path.parent)}})
     t0 = time.perf_counter()
     reason = ""

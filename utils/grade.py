@@ -44,7 +44,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
-from utils.checks.core import CHECK_MIME, STRICT_ENV
+from utils.checks.protocol import CHECK_MIME, STRICT_ENV
+from utils.kernels import notebook_client_config
 from utils.labs import (
     HIDDEN_DIR,
     LABS_DIR,
@@ -220,6 +221,7 @@ def execute(nb: NotebookNode, owned: dict[str, str], time_limit_s: float, workdi
     notes: list[str] = []
     client = _GradingClient(
         nb, set(owned), kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
+        config=notebook_client_config(),
         error_on_timeout={"ename": "TimeLimit", "evalue": "the cell ran past the time limit", "traceback": []},
         resources={"metadata": {"path": str(workdir)}}, timeout=int(time_limit_s),
     )

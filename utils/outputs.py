@@ -22,6 +22,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
+from utils.kernels import notebook_client_config
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 MAX_NOTEBOOK_BYTES = 1_000_000
@@ -60,7 +62,7 @@ def execute(path: Path) -> dict[str, object]:
     os.environ.pop("MPLBACKEND", None)  # the notebook's own inline backend, so figures are stored
     start = time.perf_counter()
     try:
-        NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+        NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", config=notebook_client_config(),
                        resources={"metadata": {"path": str(path.parent)}}).execute()
     finally:
         for key, value in env_before.items():

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device is checked: the grading command never needs it
+    import torch
 
 
 def _type_name(value: Any) -> str:
@@ -87,6 +88,8 @@ def check_instance(name: str, value: Any, kinds: type | tuple[type, ...]) -> Any
 
 def check_device(name: str, value: Any) -> torch.device:
     """A torch.device, or a string torch accepts as one (e.g. 'cpu', 'cuda:0', 'mps')."""
+    import torch
+
     if isinstance(value, torch.device):
         return value
     if not isinstance(value, str):

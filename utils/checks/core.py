@@ -18,10 +18,9 @@ from typing import Any
 
 import torch
 
+from utils.checks.protocol import CHECK_MIME, STRICT_ENV
 from utils.validate import check_number
 
-CHECK_MIME = "application/vnd.gpu-memory-course.check+json"
-STRICT_ENV = "COURSE_CHECKS_STRICT"  # "1" in the test suite: a solution whose check does not pass fails
 STATUSES = ("passed", "failed", "not attempted", "error")
 PASSED_MESSAGE = ("The grader also runs held-out cases (other shapes, seeds, dtypes or budgets): make sure your "
                   "code is general, not tuned to these cases.")
