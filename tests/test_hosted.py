@@ -76,13 +76,16 @@ def test_bootstrap_in_a_torch_only_venv_then_chapter_00(tmp_path: Path) -> None:
     py = venv / "bin" / "python"
     torch_version = torch.__version__.split("+")[0]
     # What a hosted image already has: torch and a Jupyter kernel. Nothing of the course.
-    subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+    # --no-compile (PIP_COMPILE=0 below for the bootstrap's own installs): byte-compiling torch's and
+    # transformers' sources took most of this test's time (torch: 64 s with it, 24 s without, on 2 cores); Python
+    # compiles what it imports anyway.
+    subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
                     f"torch=={torch_version}", "ipykernel"], check=True, timeout=900)
     assert subprocess.run([str(py), "-c", "import utils.sizes"], capture_output=True, cwd=tmp_path).returncode != 0
 
     work = tmp_path / "content"  # Colab's working folder
     work.mkdir()
-    env = {**os.environ, "COLAB_RELEASE_TAG": "test", hosted.URL_ENV: str(clone)}
+    env = {**os.environ, "COLAB_RELEASE_TAG": "test", hosted.URL_ENV: str(clone), "PIP_COMPILE": "0"}
     for key in ("VIRTUAL_ENV", "PYTHONPATH"):
         env.pop(key, None)
     boot = subprocess.run([str(py), "-c", hosted.bootstrap_source(hosted.repository_url())], cwd=work, env=env,
@@ -99,7 +102,8 @@ def test_bootstrap_in_a_torch_only_venv_then_chapter_00(tmp_path: Path) -> None:
     (kernels / "kernel.json").write_text(json.dumps({
         "argv": [str(py), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "hosted", "language": "python", "env": {"COLAB_RELEASE_TAG": "test", hosted.URL_ENV: str(clone),
-                                                                 "MPLBACKEND": "Agg", "COURSE_SIZE": "quick"}}))
+                                                                 "MPLBACKEND": "Agg", "COURSE_SIZE": "quick",
+                                                                 "PIP_COMPILE": "0"}}))
     os.environ["JUPYTER_PATH"] = str(tmp_path / "jupyter")
     try:
         nb = nbformat.read(clone / "notebooks" / "00_setup_and_environment.ipynb", as_version=4)
