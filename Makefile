@@ -39,7 +39,7 @@ $(STAMP): requirements.txt pyproject.toml $(TORCH_SPEC)
 lab: $(STAMP)
 	exec $(PY) -m utils.lab_server --port=$(PORT) $(if $(TOKEN),--token=$(TOKEN)) $(if $(NO_BROWSER),--no-browser)
 
-# Start one lab over: my-labs/NN_*.ipynb is replaced by a fresh copy of labs/NN_*.ipynb (the old one is kept in
+# Start one lab over: my-labs/labNN_*.ipynb is replaced by a fresh copy of labs/labNN_*.ipynb (the old one is kept in
 # my-labs/.previous/). Usage: make reset-lab N=06
 reset-lab: $(STAMP)
 	@test -n "$(N)" || (echo "usage: make reset-lab N=06" >&2; exit 2)

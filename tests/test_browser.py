@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 NOTEBOOK = "notebooks/00_setup_and_environment.ipynb"
-LAB = "labs/00_warmup.ipynb"
+LAB = "labs/lab00_warmup.ipynb"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
 
@@ -164,8 +164,8 @@ def test_chapter00_widget_changes_output_in_jupyterlab(jupyterlab):
             # The whole course is served: go to the root in the file browser and open a lab from there.
             page.click(".jp-BreadCrumbs-home")
             page.locator(".jp-DirListing-item", has_text="labs").first.dblclick()
-            page.locator(".jp-DirListing-item", has_text="00_warmup.ipynb").first.dblclick()
-            page.wait_for_selector(".lm-TabBar-tab.lm-mod-current >> text=00_warmup.ipynb", timeout=60_000)
+            page.locator(".jp-DirListing-item", has_text="lab00_warmup.ipynb").first.dblclick()
+            page.wait_for_selector(".lm-TabBar-tab.lm-mod-current >> text=lab00_warmup.ipynb", timeout=60_000)
             # The rendered heading (the markdown cell's hidden editor holds the same text).
             page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownCell .jp-RenderedMarkdown"
                                    " >> text=Lab 00", timeout=60_000)

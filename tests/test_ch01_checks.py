@@ -34,7 +34,7 @@ def hidden() -> dict:
 @pytest.fixture(scope="module")
 def solution() -> dict:
     """The solution notebook's answers (its non-check code cells that define them)."""
-    nb = nbformat.read(ROOT / "solutions" / "01_where_the_memory_goes.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "solutions" / "lab01_where_the_memory_goes.ipynb", as_version=4)
     namespace: dict = {}
     for cell in nb.cells:
         if cell.cell_type == "code" and "check" not in cell.metadata.get("tags", []) and (

@@ -20,7 +20,7 @@ def _hidden():
 
 
 def _solution_namespace() -> dict:
-    return solution_namespace("04_automatic_mixed_precision.ipynb")
+    return solution_namespace("lab04_automatic_mixed_precision.ipynb")
 
 
 def test_solutions_pass_hidden_cases_quick_ones():

@@ -49,7 +49,7 @@ CHECKS = {"7.1": ch07.check_read_summary, "7.2": ch07.check_kept_graph, "7.3": c
 
 
 def test_solutions_pass_public_and_hidden():
-    ns = _namespace(ROOT / "solutions" / "07_memory_profiling.ipynb")
+    ns = _namespace(ROOT / "solutions" / "lab07_memory_profiling.ipynb")
     hidden = _hidden()
     assert set(hidden) == set(CHECKS)
     for ex, check in CHECKS.items():
@@ -61,7 +61,7 @@ def test_solutions_pass_public_and_hidden():
 
 
 def test_untouched_lab_is_not_attempted():
-    ns = _namespace(ROOT / "labs" / "07_memory_profiling.ipynb")
+    ns = _namespace(ROOT / "labs" / "lab07_memory_profiling.ipynb")
     for ex, check in CHECKS.items():
         verdict = check(*[ns[a] for a in ARGS[ex]])
         assert verdict.status == "not attempted", verdict
@@ -92,7 +92,7 @@ def test_tuned_answers_fail_hidden_cases():
 
 
 def test_classic_mistakes_fail():
-    sol = _namespace(ROOT / "solutions" / "07_memory_profiling.ipynb")
+    sol = _namespace(ROOT / "solutions" / "lab07_memory_profiling.ipynb")
 
     # 7.1: the large pool instead of 'all'
     def large_pool(stats):

@@ -23,7 +23,7 @@ def _hidden():
 
 
 def _solution_namespace() -> dict:
-    return solution_namespace("08_fp8_transformer_engine.ipynb")
+    return solution_namespace("lab08_fp8_transformer_engine.ipynb")
 
 
 def test_solutions_pass_hidden_cases():

@@ -22,8 +22,8 @@ from utils.grade import collect, find_lab, gradescope_results, main, prepare, sc
 from utils.labs import lab_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB = ROOT / "labs" / "00_warmup.ipynb"
-SOLUTION = ROOT / "solutions" / "00_warmup.ipynb"
+LAB = ROOT / "labs" / "lab00_warmup.ipynb"
+SOLUTION = ROOT / "solutions" / "lab00_warmup.ipynb"
 
 RIGHT = {
     "0.1": "def tensor_bytes(t):\n    return t.numel() * t.element_size()",
@@ -124,12 +124,12 @@ def graded(tmp_path_factory):
     planted.mkdir()
     course.mkdir()
     for name, (nb, _) in PLANTED.items():
-        nbformat.write(nb, planted / f"{name}_00_warmup.ipynb")
-    (planted / "not_a_notebook_00_warmup.ipynb").write_text("{ this is not json")
+        nbformat.write(nb, planted / f"{name}_lab00_warmup.ipynb")
+    (planted / "not_a_notebook_lab00_warmup.ipynb").write_text("{ this is not json")
     shutil.copy(SOLUTION, planted / "alice_00.ipynb")  # renamed, and solutions carry no course.lab metadata
     odd = nbformat.read(SOLUTION, as_version=4)
     odd.metadata["course"] = ["not", "a", "mapping"]
-    nbformat.write(odd, planted / "metadata_list_00_warmup.ipynb")
+    nbformat.write(odd, planted / "metadata_list_lab00_warmup.ipynb")
     for path in sorted(solutions.glob("*.ipynb")):
         shutil.copy(path, course / f"solution_{path.name}")
         shutil.copy(labs / path.name, course / f"untouched_{path.name}")
@@ -153,32 +153,33 @@ def graded(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_planted_submissions_get_the_scores_they_deserve(graded):
-    rows = graded["rows"]["00_warmup"]
+    rows = graded["rows"]["lab00_warmup"]
     for name, (_, expected) in PLANTED.items():
-        row = rows[f"{name}_00_warmup.ipynb"]
+        row = rows[f"{name}_lab00_warmup.ipynb"]
         got = {ex: float(row[f"ex {ex}"]) for ex in expected}
         assert got == expected, f"{name}: {got} != {expected}; notes: {row['notes']}"
         assert float(row["max"]) == 6
-    assert "time limit" in rows["infinite_loop_00_warmup.ipynb"]["notes"]
-    assert "kernel died" in rows["kernel_killed_00_warmup.ipynb"]["notes"]
-    assert "sys.exit" in rows["exit_in_answer_00_warmup.ipynb"]["notes"]
-    assert "dropped" in rows["deleted_checks_sys_exit_huge_output_00_warmup.ipynb"]["notes"]
-    notes = rows["partly_correct_and_raising_00_warmup.ipynb"]["notes"]
+    assert "time limit" in rows["infinite_loop_lab00_warmup.ipynb"]["notes"]
+    assert "kernel died" in rows["kernel_killed_lab00_warmup.ipynb"]["notes"]
+    assert "sys.exit" in rows["exit_in_answer_lab00_warmup.ipynb"]["notes"]
+    assert "dropped" in rows["deleted_checks_sys_exit_huge_output_lab00_warmup.ipynb"]["notes"]
+    notes = rows["partly_correct_and_raising_lab00_warmup.ipynb"]["notes"]
     assert "ex 0.1: error: public cases: error: your code raised ZeroDivisionError" in notes, notes
     assert "ex 0.2: error" in notes and "ex 0.3" not in notes, notes  # 0.2 calls the raising 0.1
-    assert "not a readable notebook" in graded["printed"] and "not_a_notebook_00_warmup.ipynb" in graded["printed"]
-    assert "Lab 00_warmup" in graded["printed"] and "Points per exercise: 0.1: 1, 0.2: 1, 0.3: 2, 0.4: 2" in \
+    assert "not a readable notebook" in graded["printed"] and "not_a_notebook_lab00_warmup.ipynb" in graded["printed"]
+    assert "Lab lab00_warmup" in graded["printed"] and "Points per exercise: 0.1: 1, 0.2: 1, 0.3: 2, 0.4: 2" in \
         graded["printed"]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_an_answer_tuned_to_the_public_cases_loses_the_held_out_half(graded):
-    notes = graded["rows"]["00_warmup"]["tuned_to_public_00_warmup.ipynb"]["notes"]
+    notes = graded["rows"]["lab00_warmup"]["tuned_to_public_lab00_warmup.ipynb"]["notes"]
     for ex in ("0.1", "0.3", "0.4"):
         assert f"ex {ex}: partial: public cases: passed | held-out cases: failed: expected" in notes, notes
     assert "format_bytes(1_024)" in notes  # the failing held-out case is named
-    results = json.loads((graded["planted"] / "gradescope" / "tuned_to_public_00_warmup" / "results.json").read_text())
+    folder = graded["planted"] / "gradescope" / "tuned_to_public_lab00_warmup"
+    results = json.loads((folder / "results.json").read_text())
     held = {t["number"]: t for t in results["tests"]}
     assert held["0.3"]["score"] == 1 and held["0.3.h"]["score"] == 0 and held["0.3.h"]["max_score"] == 1
     assert held["0.3.h"]["visibility"] == "after_published" and "expected" in held["0.3.h"]["output"]
@@ -187,7 +188,7 @@ def test_an_answer_tuned_to_the_public_cases_loses_the_held_out_half(graded):
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_an_answer_over_its_memory_cap_scores_zero_with_the_reason(graded):
-    row = graded["rows"]["00_warmup"]["over_memory_cap_00_warmup.ipynb"]
+    row = graded["rows"]["lab00_warmup"]["over_memory_cap_lab00_warmup.ipynb"]
     assert "ex 0.4: over memory cap: the answer ran out of its memory cap (256 MiB" in row["notes"], row["notes"]
     assert "allocate" in row["notes"]  # torch's failed allocation, named
     assert "kernel died" not in row["notes"] and "time limit" not in row["notes"]  # the rest of the lab went on
@@ -229,7 +230,7 @@ def test_a_chapter_lab_with_a_challenge_is_graded_and_exported(graded):
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_a_renamed_solution_is_graded_in_full(graded):
-    row = graded["rows"]["00_warmup"]["alice_00.ipynb"]
+    row = graded["rows"]["lab00_warmup"]["alice_00.ipynb"]
     assert row["total"] == row["max"] == "6", row["notes"]
 
 
@@ -247,7 +248,7 @@ def test_a_new_run_clears_the_previous_runs_files(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_a_submission_whose_course_metadata_is_not_a_mapping_is_reported(graded):
-    row = graded["rows"]["00_warmup"]["metadata_list_00_warmup.ipynb"]
+    row = graded["rows"]["lab00_warmup"]["metadata_list_lab00_warmup.ipynb"]
     assert row["total"] == "6", row["notes"]
     assert "metadata `course` is a list, not a mapping" in row["notes"]
 
@@ -280,7 +281,7 @@ def test_score_reads_only_this_runs_verdicts():
 
 def test_gradescope_results_follow_the_spec():
     from utils.grade import ExerciseScore, SubmissionScore
-    s = SubmissionScore("a.ipynb", "00_warmup", [
+    s = SubmissionScore("a.ipynb", "lab00_warmup", [
         ExerciseScore("0.1", 0.5, 1, "partial", "public cases: passed | held-out cases: failed: expected 1, got 2",
                       False, "passed", "failed", 0.5),
         ExerciseScore("0.2", 0, 2, "over memory cap", "the answer ran out of its memory cap", False, "error", "", 1),
@@ -297,16 +298,16 @@ def test_find_lab_and_collect_errors(tmp_path):
     nb = nbformat.read(LAB, as_version=4)
     assert find_lab(nb, tmp_path / "anything.ipynb") == LAB
     del nb.metadata["course"]
-    assert find_lab(nb, tmp_path / "alice_00_warmup.ipynb") == LAB
+    assert find_lab(nb, tmp_path / "alice_lab00_warmup.ipynb") == LAB
     assert find_lab(nb, tmp_path / "alice.ipynb") == LAB  # from the exercise ids its cells carry
     for number in ("03", "06"):  # a solution renamed by a learner: no course.lab metadata, no lab name
-        solution = nbformat.read(next((ROOT / "solutions").glob(f"{number}_*.ipynb")), as_version=4)
-        assert find_lab(solution, tmp_path / f"alice_{number}.ipynb").name.startswith(number)
+        solution = nbformat.read(next((ROOT / "solutions").glob(f"lab{number}_*.ipynb")), as_version=4)
+        assert find_lab(solution, tmp_path / f"alice_{number}.ipynb").name.startswith(f"lab{number}")
     for cell in nb.cells:
         cell.metadata.pop("course", None)
     with pytest.raises(ValueError, match="cannot tell which lab"):
         find_lab(nb, tmp_path / "alice.ipynb")
-    nb.metadata["course"] = "00_warmup"
+    nb.metadata["course"] = "lab00_warmup"
     with pytest.raises(ValueError, match="course` is a str, not a mapping"):
         find_lab(nb, tmp_path / "alice.ipynb")
     with pytest.raises(ValueError, match="not a notebook"):
@@ -338,7 +339,7 @@ def test_bad_command_lines_exit_with_one_line_naming_the_argument(args, named, c
 
 
 def test_exercise_metadata_of_lab_00():
-    exercises = lab_exercises(nbformat.read(SOLUTION, as_version=4), "00_warmup")
+    exercises = lab_exercises(nbformat.read(SOLUTION, as_version=4), "lab00_warmup")
     assert [(e.id, e.kind, e.points) for e in exercises] == [
         ("0.1", "warm-up", 1), ("0.2", "warm-up", 1), ("0.3", "debug", 2), ("0.4", "predict", 2)]
     assert exercises[3].memory_limit_mb == 256

@@ -31,7 +31,7 @@ def load(path: Path):
 
 def lab_for(path: Path) -> Path:
     number = path.stem.removeprefix("ch")
-    matches = sorted((ROOT / "solutions").glob(f"{number}_*.ipynb"))
+    matches = sorted((ROOT / "solutions").glob(f"lab{number}_*.ipynb"))
     assert len(matches) == 1, f"{path.name}: no solution notebook {number}_*.ipynb"
     return matches[0]
 

@@ -27,20 +27,20 @@ def test_command_ships_the_news_setting() -> None:
 def test_copy_labs_never_overwrites_a_learners_copy(tmp_path: Path) -> None:
     labs, mine = tmp_path / "labs", tmp_path / "my-labs"
     labs.mkdir()
-    for name in ("00_warmup.ipynb", "01_x.ipynb"):
+    for name in ("lab00_warmup.ipynb", "lab01_x.ipynb"):
         (labs / name).write_text("{}")
     assert len(lab_server.copy_labs(labs, mine)) == 2
-    (mine / "00_warmup.ipynb").write_text("edited")
+    (mine / "lab00_warmup.ipynb").write_text("edited")
     assert lab_server.copy_labs(labs, mine) == []
-    assert (mine / "00_warmup.ipynb").read_text() == "edited"
+    assert (mine / "lab00_warmup.ipynb").read_text() == "edited"
 
 
 def test_reset_lab_keeps_the_old_copy(tmp_path: Path) -> None:
     labs, mine = tmp_path / "labs", tmp_path / "my-labs"
     labs.mkdir()
-    (labs / "06_acc.ipynb").write_text("fresh")
+    (labs / "lab06_acc.ipynb").write_text("fresh")
     lab_server.copy_labs(labs, mine)
-    (mine / "06_acc.ipynb").write_text("edited")
+    (mine / "lab06_acc.ipynb").write_text("edited")
     fresh = lab_server.reset_lab("06", labs, mine)
     assert fresh.read_text() == "fresh"
     assert [p.read_text() for p in (mine / ".previous").iterdir()] == ["edited"]
@@ -51,13 +51,13 @@ def test_reset_lab_keeps_the_old_copy(tmp_path: Path) -> None:
 
 
 def test_my_labs_is_ignored_by_git() -> None:
-    out = subprocess.run(["git", "check-ignore", "-q", "my-labs/06_gradient_accumulation.ipynb"], cwd=ROOT)
+    out = subprocess.run(["git", "check-ignore", "-q", "my-labs/lab06_gradient_accumulation.ipynb"], cwd=ROOT)
     assert out.returncode == 0, "my-labs/ must be in .gitignore"
 
 
 def test_a_learners_edit_in_my_labs_leaves_the_lab_check_green(tmp_path: Path) -> None:
     """The sync check (`python -m utils.labs --check`, part of make test) looks at labs/, never at my-labs/."""
-    lab = next((ROOT / "labs").glob("06_*.ipynb"))
+    lab = next((ROOT / "labs").glob("lab06_*.ipynb"))
     mine = ROOT / "my-labs"
     created = not mine.exists()
     target = mine / f"zz-test-{lab.name}"

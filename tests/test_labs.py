@@ -83,33 +83,33 @@ def _copy_course(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_stale_lab_fails_the_check_until_make_labs(tmp_path, capsys):
     solutions, labs = _copy_course(tmp_path)
-    path = solutions / "00_warmup.ipynb"
+    path = solutions / "lab00_warmup.ipynb"
     nb = nbformat.read(path, as_version=4)
     nb.cells[0].source += "\n\nA new sentence in the solution."
     nbformat.write(nb, path)
     guide = tmp_path / "guide.md"
     assert main(["--guide", "--solutions", str(solutions), "--guide-file", str(guide)]) == 0
     assert main(["--check", "--solutions", str(solutions), "--labs", str(labs), "--guide-file", str(guide)]) == 1
-    assert "labs/00_warmup.ipynb is out of date" in capsys.readouterr().out
+    assert "labs/lab00_warmup.ipynb is out of date" in capsys.readouterr().out
     assert main(["--solutions", str(solutions), "--labs", str(labs), "--guide-file", str(guide)]) == 0
     assert check_labs(solutions, labs, guide) == []
-    (labs / "99_orphan.ipynb").write_text((labs / "00_warmup.ipynb").read_text())
+    (labs / "99_orphan.ipynb").write_text((labs / "lab00_warmup.ipynb").read_text())
     assert "has no solutions/99_orphan.ipynb" in check_labs(solutions, labs)[0]
-    (labs / "00_warmup.ipynb").unlink()
+    (labs / "lab00_warmup.ipynb").unlink()
     assert "missing" in check_labs(solutions, labs)[0]
 
 
 def test_a_learners_edited_lab_is_not_overwritten_without_force(tmp_path, capsys):
     solutions, labs = _copy_course(tmp_path)
-    lab_path = labs / "00_warmup.ipynb"
+    lab_path = labs / "lab00_warmup.ipynb"
     lab = nbformat.read(lab_path, as_version=4)
     exercise = next(c for c in lab.cells if "exercise" in c.metadata.get("course", {}))
     exercise.source = exercise.source.replace("raise NotImplementedError", "return 0  #")
     nbformat.write(lab, lab_path)
-    sol = nbformat.read(solutions / "00_warmup.ipynb", as_version=4)
+    sol = nbformat.read(solutions / "lab00_warmup.ipynb", as_version=4)
     sol.cells[0].source += " (changed)"
-    nbformat.write(sol, solutions / "00_warmup.ipynb")
-    with pytest.raises(LabError, match="00_warmup.ipynb was edited since it was generated"):
+    nbformat.write(sol, solutions / "lab00_warmup.ipynb")
+    with pytest.raises(LabError, match="lab00_warmup.ipynb was edited since it was generated"):
         write_labs(solutions, labs)
     assert main(["--solutions", str(solutions), "--labs", str(labs), "--guide-file", str(tmp_path / "g.md")]) == 1
     assert "--force" in capsys.readouterr().err
@@ -134,7 +134,7 @@ def test_solution_structure_errors_are_named():
 def test_a_broken_solution_notebook_fails_the_check_with_one_line_naming_it(tmp_path, capsys, content):
     solutions, labs = tmp_path / "solutions", tmp_path / "labs"
     solutions.mkdir()
-    shutil.copy(ROOT / "solutions" / "00_warmup.ipynb", solutions)
+    shutil.copy(ROOT / "solutions" / "lab00_warmup.ipynb", solutions)
     (solutions / "05_broken.ipynb").write_text(content, encoding="latin-1")
     assert main(["--check", "--solutions", str(solutions), "--labs", str(labs)]) == 1
     err = capsys.readouterr().err.strip()
@@ -175,6 +175,6 @@ def test_the_course_has_forty_autograded_exercises_and_a_challenge_per_chapter_l
         exercises = lab_exercises(read_notebook(path), path.stem)
         auto = [e for e in exercises if not e.by_hand]
         total += len(auto)
-        if not path.stem.startswith("00") and (len(auto) < 4 or not any(e.by_hand for e in exercises)):
+        if not path.stem.startswith("lab00") and (len(auto) < 4 or not any(e.by_hand for e in exercises)):
             short.append(f"{path.stem}: {len(auto)} autograded, {sum(e.by_hand for e in exercises)} challenge(s)")
     assert total >= 40 and not short, f"{total} autograded exercises; short: {short}"

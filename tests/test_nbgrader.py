@@ -16,7 +16,7 @@ import pytest
 from utils.grade import grade_notebook
 from utils.labs import LABS_DIR, SOLUTIONS_DIR, lab_exercises, nbgrader_source, read_notebook, write_nbgrader
 
-LAB = "03_loss_scaling"  # a lab whose every exercise has held-out cases, and a challenge
+LAB = "lab03_loss_scaling"  # a lab whose every exercise has held-out cases, and a challenge
 GRADE_ID = r"^[a-zA-Z0-9_\-]*$"  # nbgrader's schema v3
 
 

@@ -59,7 +59,7 @@ def copy_labs(labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LABS_DIR) -> lis
         raise ValueError(f"labs_dir {labs_dir} is not a folder")
     my_labs_dir.mkdir(parents=True, exist_ok=True)
     copied = []
-    for lab in sorted(labs_dir.glob("[0-9][0-9]_*.ipynb")):
+    for lab in sorted(labs_dir.glob("lab[0-9][0-9]_*.ipynb")):
         target = my_labs_dir / lab.name
         if not target.exists():
             shutil.copyfile(lab, target)
@@ -69,15 +69,15 @@ def copy_labs(labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LABS_DIR) -> lis
 
 def reset_lab(number: str, labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LABS_DIR) -> Path:
     """Start lab `number` ("06") over: the learner's copy moves to my-labs/.previous/ (time-stamped) and a fresh
-    copy of labs/NN_*.ipynb takes its place. Returns the fresh copy."""
+    copy of labs/labNN_*.ipynb takes its place. Returns the fresh copy."""
     check_str("number", number)
     if not (len(number) == 2 and number.isdigit()):
         raise ValueError(f"number must be a two-digit lab number such as '06', got {number!r}")
     labs_dir = Path(check_instance("labs_dir", labs_dir, (str, Path)))
     my_labs_dir = Path(check_instance("my_labs_dir", my_labs_dir, (str, Path)))
-    matches = sorted(labs_dir.glob(f"{number}_*.ipynb"))
+    matches = sorted(labs_dir.glob(f"lab{number}_*.ipynb"))
     if not matches:
-        raise ValueError(f"number {number!r}: no lab {number}_*.ipynb in {labs_dir}")
+        raise ValueError(f"number {number!r}: no lab lab{number}_*.ipynb in {labs_dir}")
     lab = matches[0]
     target = my_labs_dir / lab.name
     if target.exists():
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8888)
     parser.add_argument("--token", default="", help="default: a random one")
     parser.add_argument("--no-browser", action="store_true")
-    parser.add_argument("--reset-lab", metavar="NN", help="copy labs/NN_*.ipynb afresh into my-labs/ and exit")
+    parser.add_argument("--reset-lab", metavar="NN", help="copy labs/labNN_*.ipynb afresh into my-labs/ and exit")
     args = parser.parse_args(argv)
     if args.reset_lab is not None:
         try:

@@ -394,8 +394,8 @@ def hidden_exercises(lab_name: str, hidden_dir: Path = HIDDEN_DIR) -> set[str]:
 
 
 def hidden_path(lab_name: str, hidden_dir: Path = HIDDEN_DIR) -> Path | None:
-    """grading/hidden/chNN.py for lab NN_*, or None for a lab name without a chapter number."""
-    match = re.match(r"^(\d+)", lab_name)
+    """grading/hidden/chNN.py for lab labNN_*, or None for a lab name without a chapter number."""
+    match = re.match(r"^(?:lab)?(\d+)", lab_name)
     return Path(hidden_dir) / f"ch{int(match.group(1)):02d}.py" if match else None
 
 

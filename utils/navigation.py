@@ -36,7 +36,7 @@ def navigation_markdown(chapter: Path) -> str:
         raise ValueError(f"chapter must be one of the notebooks/ chapters, got {chapter!r}")
     i = names.index(Path(chapter).name)
     parts = []
-    labs = sorted(LABS.glob(f"{names[i][:2]}_*.ipynb"))
+    labs = sorted(LABS.glob(f"lab{names[i][:2]}_*.ipynb"))
     if labs:
         parts.append(f"**Practise:** [lab {names[i][:2]}](../labs/{labs[0].name}) (work in your copy, "
                      f"`my-labs/{labs[0].name}`, which `make lab` makes)")

@@ -47,7 +47,7 @@ def minutes_rows() -> tuple[list[list[str]], list[str]]:
                 predicted.append(_minutes(predicted_seconds(chapter_work(number, tier), GPUS[gpu])))
             except (KeyError, ValueError):
                 predicted.append("-")  # a chapter without a time-model entry (00 runs no experiment worth one)
-        labs = sorted((REPO_ROOT / "labs").glob(f"{number}_*.ipynb"))
+        labs = sorted((REPO_ROOT / "labs").glob(f"lab{number}_*.ipynb"))
         lab_minutes = "-"
         if labs:
             exercises = lab_exercises(read_notebook(labs[0]), labs[0].stem)

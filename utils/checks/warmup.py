@@ -1,4 +1,4 @@
-"""Checks for the warm-up lab (00_warmup): four small exercises on counting bytes that prove the lab pipeline end
+"""Checks for the warm-up lab (lab00_warmup): four small exercises on counting bytes that prove the lab pipeline end
 to end (public cases here; the grader's held-out cases live in grading/hidden/ch00.py)."""
 
 from __future__ import annotations
