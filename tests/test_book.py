@@ -4,6 +4,7 @@ executed), and a chapter page opened in headless Chromium shows rendered outputs
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -46,6 +47,16 @@ def test_the_site_builds_every_chapter_and_page(site: Path) -> None:
     chapter00 = (site / "notebooks" / "00_setup_and_environment.html").read_text()
     assert "VBox(children=" not in chapter00, "a widget shown as its raw text instead of its snapshot"
     assert (site / "searchindex.js").exists()
+
+
+@pytest.mark.slow
+def test_the_site_loads_no_script_or_image_from_another_host_but_mathjax(site: Path) -> None:
+    """Offline the pages still render: no widget manager or require.js from a CDN (the widgets are snapshots), no
+    badge images; only MathJax (the formulas) comes from jsDelivr, as Sphinx's default."""
+    remote = set()
+    for page in site.rglob("*.html"):
+        remote |= set(re.findall(r"<(?:script|img)[^>]*\bsrc=\"(https?://[^\"]+)\"", page.read_text()))
+    assert all("/mathjax@" in url for url in remote), sorted(remote)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from utils.results import VERDICT_LEGEND, VERDICTS, claims_summary, write_ledger
+from utils.results import VERDICT_LEGEND, VERDICTS, claims_summary, load_claims, write_ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +28,8 @@ def test_ledger_files(tmp_path: Path) -> None:
     md, html = write_ledger(tmp_path)
     assert "| id" in md.read_text() and "**needs GPU**" in md.read_text()
     assert "<table>" in html.read_text() and "<td>C01</td>" in html.read_text()
+    longest = max((text for text, _ in load_claims().values()), key=len)  # never cut to fit a column
+    assert len(longest) > 100 and longest.split()[-1] in html.read_text() and "..." not in md.read_text()
 
 
 def test_make_claims_command(tmp_path: Path) -> None:

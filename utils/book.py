@@ -26,6 +26,7 @@ from utils.validate import check_instance, check_str
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO_ROOT / "build" / "book"
 PAGES = ("docs/glossary.md", "docs/claims.md", "docs/instructors.md", "docs/workshop.md")
+_BADGE = re.compile(r"\[!\[([^\]]*)\]\(https?://[^)\s]+\)\]\((https?://[^)\s]+)\)")
 _NON_PAGE_LINK = re.compile(r"\]\((\.\./)?((?:labs|solutions|utils|results|tests|grading)/[^)\s]*)\)")
 
 CONF = '''\
@@ -41,6 +42,7 @@ html_theme_options = {{"repository_url": "{url}", "use_repository_button": True,
 nb_execution_mode = "off"  # the committed outputs are a real run's; the site never re-runs them
 # A static page cannot run a widget: show the HTML snapshot of its first output that every panel carries.
 nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
+nb_ipywidgets_js = {{}}  # so no widget manager is fetched from a CDN: the snapshots need none
 myst_enable_extensions = ["dollarmath", "colon_fence", "html_image"]
 myst_heading_anchors = 3
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
@@ -57,12 +59,17 @@ def _rewrite_links(text: str, url: str) -> str:
     return _NON_PAGE_LINK.sub(lambda m: f"]({url}/blob/main/{m.group(2)})", text)
 
 
+def _badges_as_links(text: str) -> str:
+    """A chapter's badge images ([![Open in Colab](svg)](url)) as plain links: the site loads no remote image."""
+    return _BADGE.sub(lambda m: f"[{m.group(1)}]({m.group(2)})", text)
+
+
 def _notebook_for_site(path: Path, url: str) -> dict:
     nb = json.loads(path.read_text(encoding="utf-8"))
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            cell["source"] = _rewrite_links(source, url)
+            cell["source"] = _badges_as_links(_rewrite_links(source, url))
     return nb
 
 
@@ -80,7 +87,7 @@ def _index(chapters: list[Path], pages: list[str]) -> str:
 An open course on how GPU memory is spent and saved when training neural networks, from the bit layouts of
 FP32, FP16, BF16 and FP8 to fitting a real model into a memory budget. Every chapter below is shown with the
 outputs of a real run (its first output names the device); run the notebooks yourself to see your machine's
-numbers: `make lab` in a clone of the repository, or the Colab and Kaggle badges at the top of each chapter.
+numbers: `make lab` in a clone of the repository, or the Colab and Kaggle links at the top of each chapter.
 
 ## Chapters
 

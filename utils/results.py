@@ -292,12 +292,11 @@ def claims_ledger(root: Path | None = None) -> str:
         for rec in run.get("claims", []):
             records.setdefault(rec["id"], []).append((run["device"]["name"], rec | {"chapter": run["chapter"][:2]}))
     rows = []
-    for cid, (text, chapters) in claims.items():
-        short = text if len(text) <= 70 else text[:67] + "..."
+    for cid, (text, chapters) in claims.items():  # the claim in full: the ledger is read, not scanned
         if not records[cid]:
-            rows.append([cid, short, chapters, "not yet measured", "", ""])
+            rows.append([cid, text, chapters, "not yet measured", "", ""])
         for device, rec in records[cid]:
-            rows.append([cid, short, rec["chapter"], rec["measured"], device, rec["verdict"]])
+            rows.append([cid, text, rec["chapter"], rec["measured"], device, rec["verdict"]])
     table = format_table(rows, ["id", "claim", "chapter", "measured", "device", "verdict"])
     by_device: dict[str, list[str]] = {}
     for run in runs:
