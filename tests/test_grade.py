@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from tests.test_grading_fixture import FIXTURE, build_fixture_course
-from utils.grade import collect, find_lab, gradescope_results, main, prepare, score
+from utils.grade import collect, find_lab, for_instructor, gradescope_results, main, prepare, score
 from utils.labs import lab_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,6 +206,7 @@ def test_every_solution_earns_full_marks_and_every_lab_none(graded):
         assert untouched["total"] == "0", (path.name, untouched["notes"])
         auto = [k for k in untouched if k.startswith("ex ") and "by hand" not in k]
         assert untouched["notes"].count("not attempted") == len(auto), untouched["notes"]
+        assert "run that cell" not in untouched["notes"], "the instructor's CSV speaks to the learner"
         assert all(untouched[k] == "by hand" for k in untouched if "by hand, max" in k)
 
 
@@ -277,6 +278,17 @@ def test_score_reads_only_this_runs_verdicts():
                                                                          "check+json": fake})]
     scores = {s.exercise: s for s in score(nb, owned, exercises, "right")}
     assert scores["0.1"].points == 0 and scores["0.1"].status == "error"
+
+
+def test_reasons_read_by_the_instructor_say_what_was_found(monkeypatch):
+    from utils.checks.core import answered, run_check
+    from utils.checks.protocol import STRICT_ENV
+
+    monkeypatch.delenv(STRICT_ENV, raising=False)
+    for body in (lambda: (_ for _ in ()).throw(NotImplementedError), lambda: answered(..., "prediction")):
+        learner = run_check("1.1", body, points=1).message
+        assert "run that cell, then this one." in learner  # the learner is told what to do next
+        assert for_instructor(learner).endswith("(the answer was left as handed out).")
 
 
 def test_gradescope_results_follow_the_spec():

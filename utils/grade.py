@@ -417,8 +417,20 @@ def _sort_key(exercise: str) -> list[int]:
     return [int(p) if p.isdigit() else 0 for p in exercise.split(".")]
 
 
+# What a check tells the learner to do next (utils/checks/core.py); the instructor's summary and CSV say what was
+# found instead. Gradescope's per-test output, which learners read, keeps the learner's wording.
+_LEARNER_NEXT_STEP = re.compile(r": (replace the raise with your code|write your answer in its place), run that cell, "
+                                r"then this one\.")
+
+
+def for_instructor(reason: str) -> str:
+    """A check's reason as an instructor reads it: the learner's next-step instruction becomes what was found."""
+    return _LEARNER_NEXT_STEP.sub(" (the answer was left as handed out).", check_instance("reason", reason, str))
+
+
 def _lost(s: SubmissionScore) -> list[str]:
-    return [f"ex {e.exercise}: {e.status}: {e.reason}" for e in s.exercises if e.status != "passed" and not e.by_hand]
+    return [f"ex {e.exercise}: {e.status}: {for_instructor(e.reason)}" for e in s.exercises
+            if e.status != "passed" and not e.by_hand]
 
 
 def report(scores: list[SubmissionScore], csv_dir: Path) -> str:
