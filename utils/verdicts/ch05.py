@@ -6,11 +6,8 @@ from collections.abc import Mapping
 
 from utils.validate import check_number
 from utils.verdicts import Judged, judge, verdict
+from utils.verdicts.ch01 import c06, c07  # one criterion per claim: chapter 01's, judged again here
 
-C06_CRITERION = "holds if the saved bytes at batch 16 are 4x those at batch 4 within 5%; fails otherwise"
-C07_CRITERION = ("holds if the saved bytes of one layer grow with sequence length at a log-log slope >= 1.8 with "
-                 "eager attention and with SDPA; depends if eager attention's slope is >= 1.3 but not both are >= 1.8 "
-                 "(quadratic only where the T x T scores are stored); fails if eager attention's slope is below 1.3")
 C20_CRITERION = ("holds if the saved bytes grow with depth at slope >= 0.9 without checkpointing and at a slope "
                  "between 0.3 and 0.75 with sqrt(N) segments; fails otherwise")
 C21_CRITERION = ("holds if one checkpoint per block adds 20-40% FLOPs (counted) and 20-45% step time (median of the "
@@ -21,30 +18,6 @@ C23_CRITERION = ("holds if every measured cut of one checkpoint per layer lies i
                  "at least 50% but some exceed 80%; fails if a cut is below 50%")
 C29_CRITERION = ("holds if SDPA's saved bytes grow with sequence length at a log-log slope below 1.15 while eager "
                  "attention's is at least 0.3 higher; fails otherwise")
-
-
-@judge("C06", criterion=C06_CRITERION, examples=[{"ratio": 4.0}, {"ratio": 3.0}])
-def c06(ratio: float) -> Judged:
-    """C06 from the ratio of saved bytes at batch 16 to batch 4."""
-    check_number("ratio", ratio, minimum=0)
-    ok = abs(ratio / 4 - 1) <= 0.05
-    return verdict("holds" if ok else "fails", C06_CRITERION, f"ratio {ratio:.2f}")
-
-
-@judge("C07", criterion=C07_CRITERION, examples=[{"eager_slope": 1.9, "sdpa_slope": 1.9},
-                                                 {"eager_slope": 1.6, "sdpa_slope": 1.0},
-                                                 {"eager_slope": 1.0, "sdpa_slope": 1.0}])
-def c07(eager_slope: float, sdpa_slope: float) -> Judged:
-    """C07 from the log-log slopes of saved bytes against sequence length (eager and SDPA attention)."""
-    check_number("eager_slope", eager_slope)
-    check_number("sdpa_slope", sdpa_slope)
-    detail = f"slopes: eager {eager_slope:.2f}, SDPA {sdpa_slope:.2f}"
-    if eager_slope >= 1.8 and sdpa_slope >= 1.8:
-        return verdict("holds", C07_CRITERION, detail)
-    if eager_slope >= 1.3:
-        return verdict("depends", C07_CRITERION, detail + ": quadratic only where the T x T scores are stored "
-                       "(eager attention), and only once T is several times the width")
-    return verdict("fails", C07_CRITERION, detail)
 
 
 @judge("C20", criterion=C20_CRITERION, examples=[{"plain_slope": 1.0, "sqrt_slope": 0.5},
