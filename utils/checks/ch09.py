@@ -1,17 +1,22 @@
 """Checks for lab 09 (capstone: fit a model into a budget). The `expect_*` helpers run cases; the grader's hidden
-cases (grading/hidden/ch09.py) call them with other sizes, ranks, budgets and failure points."""
+cases (grading/hidden/ch09.py) call them with other sizes, optimizers, ranks, vocabularies, budgets and chunks."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
-from utils.checks.core import CheckFailed, Verdict, answered, guarded, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_close, guarded, run_check
+from utils.chunked_loss import _chunk_loss, chunked_cross_entropy
 from utils.estimate import shape_of
 from utils.models import GPTConfig
-from utils.oom import run_oom_safe, run_step_oom_safe
 from utils.plan import Choice, _largest_micro_batch, lora_parameters, memory_of, plan, run_choice, zero_bytes_per_gpu
 
 LAB_CONFIG = GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256)
@@ -21,10 +26,16 @@ PREDICT_RANK = 8  # exercise 9.2: LoRA rank on LAB_CONFIG's attention
 
 
 # 9.1 -------------------------------------------------------------------------------------------------------------
-def states_per_gpu(n_params: int, stage: int, n_gpus: int) -> float:
-    """Reference for 9.1: torch.amp (FP32 weights 4, FP32 gradients 4) with torchao's AdamW8bit states
-    (2 x (1 + 4/256) B/param), under ZeRO stage 0-3 over n_gpus."""
-    w, g, k = 4.0, 4.0, 2 * (1 + 4 / 256)
+# Megatron-LM / DeepSpeed's BF16 recipe: BF16 weights (2 B), gradients accumulated and reduced in FP32 (4 B), and an
+# optimizer that keeps an FP32 master copy (4 B) beside its moments: 18 B/param with Adam, 6 + 12/d under Megatron's
+# distributed optimizer (https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/dist_optimizer.html).
+MOMENT_BYTES = {"adamw": 8.0, "adamw8bit": 2 * (1 + 4 / 256)}  # torchao's AdamW8bit: 1 B + an FP32 scale per 256
+
+
+def states_per_gpu(n_params: int, stage: int, n_gpus: int, optimizer: str) -> float:
+    """Reference for 9.1: BF16 weights 2, FP32 gradients 4, FP32 master weights 4 plus the optimizer's moments, per
+    GPU under ZeRO stage 0-3 over n_gpus (the master copy is optimizer state: stage 1 divides it)."""
+    w, g, k = 2.0, 4.0, 4.0 + MOMENT_BYTES[optimizer]
     if stage >= 1:
         k /= n_gpus
     if stage >= 2:
@@ -34,24 +45,28 @@ def states_per_gpu(n_params: int, stage: int, n_gpus: int) -> float:
     return (w + g + k) * n_params
 
 
-def expect_model_states(fn: Callable[[int, int, int], float], cases: Sequence[tuple[int, int, int]]) -> None:
+def expect_model_states(fn: Callable[[int, int, int, str], float],
+                        cases: Sequence[tuple[int, int, int, str]]) -> None:
     fn = guarded(fn, states_per_gpu, zero_bytes_per_gpu)
-    for n, stage, gpus in cases:
-        expected = states_per_gpu(n, stage, gpus)
-        got = fn(n, stage, gpus)
+    for n, stage, gpus, optimizer in cases:
+        expected = states_per_gpu(n, stage, gpus, optimizer)
+        got = fn(n, stage, gpus, optimizer)
         if not isinstance(got, int | float) or isinstance(got, bool):
             raise CheckFailed("a number of bytes", type(got).__name__, "return the bytes as an int or a float.")
         if abs(got - expected) > 1e-6 * expected + 1:
-            raise CheckFailed(f"{expected:,.0f} B for {n:,} parameters, stage {stage}, {gpus} GPUs", f"{got:,.0f} B",
-                              "torch.amp keeps FP32 weights (4) and gradients (4); AdamW8bit keeps 2 x (1 + 4/256) "
-                              "B/param; stage 1 divides the states, stage 2 also the gradients, stage 3 also "
-                              "the weights.")
+            raise CheckFailed(f"{expected:,.0f} B for {n:,} parameters, stage {stage}, {gpus} GPUs, {optimizer}",
+                              f"{got:,.0f} B",
+                              "BF16 weights 2, FP32 gradients 4, and the optimizer's FP32 master copy 4 plus its "
+                              "moments (AdamW 8, AdamW8bit 2 x (1 + 4/256)); the master copy is optimizer state: "
+                              "stage 1 divides it with the moments, stage 2 also the gradients, stage 3 also the "
+                              "BF16 weights.")
 
 
-def check_model_states(model_state_bytes: Callable[[int, int, int], float]) -> Verdict:
-    """Exercise 9.1: model states per GPU, torch.amp + AdamW8bit, ZeRO stages."""
+def check_model_states(model_state_bytes: Callable[[int, int, int, str], float]) -> Verdict:
+    """Exercise 9.1: model states per GPU, BF16 weights with FP32 gradients and master weights, ZeRO stages."""
     return run_check("9.1", lambda: expect_model_states(model_state_bytes, [
-        (1_000_000, 0, 1), (1_000_000, 1, 4), (7_000_000_000, 2, 8), (7_000_000_000, 3, 8)]), points=1)
+        (1_000_000, 0, 1, "adamw"), (1_000_000, 1, 4, "adamw"), (7_000_000_000, 2, 8, "adamw8bit"),
+        (7_000_000_000, 3, 8, "adamw")]), points=1)
 
 
 # 9.2 -------------------------------------------------------------------------------------------------------------
@@ -107,58 +122,133 @@ def check_lora_prediction(prediction: Any, reasoning: Any, count_trainable: Call
 
 
 # 9.3 -------------------------------------------------------------------------------------------------------------
-class _Model(torch.nn.Module):
+class LivePeak(TorchDispatchMode):
+    """The peak of the bytes of tensor storages created inside the block and still alive (CPU or GPU): each
+    operator's outputs are counted when created and subtracted when their storage is freed. Tensors created before
+    the block are not counted."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.lin = torch.nn.Linear(4, 4)
+        self.live = 0
+        self.peak = 0
+        self._alive: dict[int, Any] = {}
+
+    def _free(self, key: int, nbytes: int) -> None:
+        if self._alive.pop(key, None) is not None:
+            self.live -= nbytes
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                storage = t.untyped_storage()
+                key, nbytes = storage.data_ptr(), storage.nbytes()
+                if nbytes and key not in self._alive:
+                    self._alive[key] = weakref.finalize(storage, self._free, key, nbytes)
+                    self.live += nbytes
+                    self.peak = max(self.peak, self.live)
+        return out
 
 
-def expect_guard(try_step: Callable[..., bool], fail_at: Sequence[str], fraction: float) -> None:
-    """fail_at: for each case, where the fake step fails: "none", "backward" (OOM after gradients exist),
-    "step" (OOM in the optimizer step) or "other" (a ValueError, which must propagate)."""
-    try_step = guarded(try_step, run_step_oom_safe, run_oom_safe)
-    for where in fail_at:
-        model = _Model()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        caps: list[float] = []
+class TinyLM(nn.Module):
+    """The fine-tuned model of 9.3: an embedding, one hidden layer and an untied head over a large vocabulary."""
 
-        def step(where: str = where, model: _Model = model, opt: torch.optim.Optimizer = opt) -> None:
-            model.lin(torch.ones(2, 4)).sum().backward()
-            if where == "backward":
-                raise torch.OutOfMemoryError("simulated: CUDA out of memory (backward)")
-            if where == "other":
-                raise ValueError("simulated: a bug in the step")
-            opt.step()
-            if where == "step":
-                raise torch.OutOfMemoryError("simulated: CUDA out of memory (optimizer step)")
+    def __init__(self, vocab_size: int, d_model: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.body = nn.Linear(d_model, d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
 
-        try:
-            result = try_step(step, opt, caps.append, fraction)
-            raised = None
-        except ValueError as exc:
-            result, raised = None, exc
-        if where == "other" and raised is None:
-            raise CheckFailed("the ValueError to propagate (only out-of-memory errors are caught)",
-                              f"it returned {result!r}", "catch torch.OutOfMemoryError only.")
-        if where in ("backward", "step") and result is not False:
-            raise CheckFailed(f"False after an out-of-memory error in the {where}", repr(result),
-                              "return False when torch.OutOfMemoryError is raised.")
-        if where == "none" and result is not True:
-            raise CheckFailed("True when the step fits", repr(result), "return True after a step that ran.")
-        if not caps or caps[0] != fraction:
-            raise CheckFailed(f"set_cap({fraction}) first", f"calls {caps}", "set the cap before the step runs.")
-        if caps[-1] != 1.0:
-            raise CheckFailed(f"the cap lifted (set_cap(1.0) last) after a step that {where!r}",
-                              f"calls {caps}", "lift the cap in a `finally`, whatever happened.")
-        if any(p.grad is not None for p in model.parameters()):
-            raise CheckFailed(f"no gradients left after a step that {where!r}", "gradients still allocated",
-                              "opt.zero_grad(set_to_none=True) in the `finally`: stale gradients hold memory and "
-                              "leak into the next probe.")
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.body(self.embed(tokens))))
 
 
-def check_guard(try_step: Callable[..., bool]) -> Verdict:
-    """Exercise 9.3: the out-of-memory guard lifts its cap and clears gradients on every path."""
-    return run_check("9.3", lambda: expect_guard(try_step, ["none", "backward", "other"], 0.5), points=2)
+Batches = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def finetune_setup(vocab_size: int, d_model: int, n_train: int, n_eval: int,
+                   seed: int) -> tuple[TinyLM, torch.optim.Optimizer, Batches, Batches]:
+    """A TinyLM, its AdamW, and n_train + n_eval batches of 8 sequences of 32 tokens, from `seed`."""
+    torch.manual_seed(seed)
+    model = TinyLM(vocab_size, d_model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(seed + 1)
+
+    def batch() -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.randint(0, vocab_size, (8, 32), generator=gen),
+                torch.randint(0, vocab_size, (8, 32), generator=gen))
+
+    return model, opt, [batch() for _ in range(n_train)], [batch() for _ in range(n_eval)]
+
+
+def reference_finetune(model: nn.Module, opt: torch.optim.Optimizer, train: Batches,
+                       evals: Batches) -> tuple[list[float], list[float], float]:
+    """The colleague's script without its three memory bugs: the accuracy from the logits' argmax without a graph,
+    the logits dropped before backward, and evaluation under no_grad with a float running sum."""
+    losses, accs = [], []
+    model.train()
+    for x, y in train:
+        logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        with torch.no_grad():
+            accs.append((logits.argmax(-1) == y).float().mean().item())
+        del logits
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for x, y in evals:
+            total += F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+    return losses, accs, total / len(evals)
+
+
+PEAK_SLACK = 1.10  # a fixed script may peak at most 10% above the clean one (and may peak lower)
+
+
+def _measured(fn: Callable[..., Any], case: tuple[int, int, int, int, int]) -> tuple[Any, int]:
+    model, opt, train, evals = finetune_setup(*case)
+    with LivePeak() as live:
+        result = fn(model, opt, train, evals)
+    return result, live.peak
+
+
+def expect_finetune(finetune: Callable[..., Any], cases: Sequence[tuple[int, int, int, int, int]]) -> None:
+    """cases: (vocab_size, d_model, n_train, n_eval, seed). The learner's script must return the same losses,
+    accuracies and evaluation loss as the clean one (as floats), and peak at most PEAK_SLACK x its peak."""
+    finetune = guarded(finetune, reference_finetune)
+    for case in cases:
+        (ref_losses, ref_accs, ref_eval), cap = _measured(reference_finetune, case)
+        cap = int(PEAK_SLACK * cap)
+        got, peak = _measured(finetune, case)
+        if not isinstance(got, tuple) or len(got) != 3:
+            raise CheckFailed("(train losses, train accuracies, eval loss)", repr(got)[:80],
+                              "keep what the script returns.")
+        losses, accs, eval_loss = got
+        numbers = [*losses, *accs, eval_loss] if isinstance(losses, list) and isinstance(accs, list) else [None]
+        if not all(isinstance(v, float) for v in numbers):
+            raise CheckFailed("plain Python floats", ", ".join(sorted({type(v).__name__ for v in numbers})),
+                              "log numbers with .item(), not tensors: a tensor keeps its graph alive.")
+        expect_close(torch.tensor(losses), torch.tensor(ref_losses), "the training losses", rtol=1e-4, atol=1e-6,
+                     hint="fix the memory bugs without changing what is trained (same steps, same order).")
+        expect_close(torch.tensor(accs), torch.tensor(ref_accs), "the training accuracies", rtol=1e-4, atol=1e-6,
+                     hint="the accuracy is the share of tokens whose most likely prediction is the target.")
+        expect_close(eval_loss, ref_eval, "the evaluation loss", rtol=1e-4, atol=1e-6,
+                     hint="the mean over the evaluation batches of their mean cross-entropy.")
+        if peak < cap / 4:  # the tracker follows this thread: a script run elsewhere is not measured
+            raise CheckFailed("a peak the check can measure (run the script in this thread)", f"{peak:,} B",
+                              "run the training and evaluation directly in the function, not in another thread.")
+        if peak > cap:
+            raise CheckFailed(f"a peak within {cap:,} B (vocabulary {case[0]:,}, {case[3]} evaluation batches)",
+                              f"{peak:,} B", "a tensor as large as the logits stays alive longer than it must: "
+                              "look at what lives through backward, and at what evaluation keeps.")
+
+
+def check_finetune(finetune: Callable[..., Any]) -> Verdict:
+    """Exercise 9.3: a colleague's fine-tuning script, its three memory bugs fixed, proven by its measured peak."""
+    return run_check("9.3", lambda: expect_finetune(finetune, [(4096, 32, 3, 4, 0)]), points=2)
 
 
 # 9.4 -------------------------------------------------------------------------------------------------------------
@@ -191,3 +281,60 @@ def check_plan(make_plan: Callable[[GPTConfig, int, int], Choice]) -> Verdict:
     """Exercise 9.4: the learner's Choice keeps the effective batch, fits per the ledger, and a real run of it
     stays under the budget and learns."""
     return run_check("9.4", lambda: expect_plan(make_plan, LAB_CONFIG, LAB_BUDGET, LAB_EFFECTIVE_BATCH), points=3)
+
+
+# 9.5 -------------------------------------------------------------------------------------------------------------
+CHUNK_LOGIT_ALLOWANCE = 5  # chunk-sized FP32 tensors a chunked loss may hold at once (logits, softmax, gradients)
+
+
+def chunk_case(tokens: int, d_model: int, vocab_size: int, pad_every: int,
+               seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hidden states (tokens, d), an untied head's weight (V, d) and targets with every `pad_every`-th token
+    -100 (padding; 0: none)."""
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(tokens, d_model, generator=gen)
+    weight = torch.randn(vocab_size, d_model, generator=gen) * d_model ** -0.5
+    targets = torch.randint(0, vocab_size, (tokens,), generator=gen)
+    if pad_every:
+        targets[::pad_every] = -100
+    return hidden, weight, targets
+
+
+def expect_chunked_loss(chunked_loss: Callable[..., torch.Tensor],
+                        cases: Sequence[tuple[int, int, int, int, int, int]]) -> None:
+    """cases: (tokens, d_model, vocab_size, chunk, pad_every, seed). Same loss and gradients as the full head's
+    F.cross_entropy, and a peak of at most the gradients of the inputs plus CHUNK_LOGIT_ALLOWANCE chunks of logits."""
+    chunked_loss = guarded(chunked_loss, chunked_cross_entropy, _chunk_loss)
+    for tokens, d, vocab, chunk, pad_every, seed in cases:
+        hidden, weight, targets = chunk_case(tokens, d, vocab, pad_every, seed)
+        h_ref, w_ref = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        expected = F.cross_entropy(h_ref @ w_ref.t(), targets, ignore_index=-100)
+        expected.backward()
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        with LivePeak() as live:
+            got = chunked_loss(h, w, targets, chunk)
+            if not isinstance(got, torch.Tensor) or got.dim() != 0 or not got.requires_grad:
+                raise CheckFailed("a scalar loss tensor with a graph", repr(got)[:80],
+                                  "return the mean loss as a tensor that backward() can go through.")
+            got.backward()
+        what = f"{tokens} tokens, vocabulary {vocab:,}, chunks of {chunk}" + (" with padding" if pad_every else "")
+        expect_close(got.detach(), expected.detach(), f"the loss ({what})", rtol=1e-5, atol=1e-6,
+                     hint="the mean over the tokens whose target is not -100: sum each chunk's losses, divide once.")
+        for name, leaf, ref in (("hidden", h, h_ref), ("weight", w, w_ref)):
+            if leaf.grad is None:
+                raise CheckFailed(f"a gradient for {name}", "None", "the loss must be differentiable in both.")
+            expect_close(leaf.grad, ref.grad, f"the gradient of {name} ({what})", rtol=1e-4, atol=1e-6)
+        full = 4 * tokens * vocab
+        if live.peak < hidden.nbytes + weight.nbytes:  # the two gradients alone are this large
+            raise CheckFailed("a peak the check can measure (compute in this thread)", f"{live.peak:,} B",
+                              "compute the loss and its backward directly in the function, not in another thread.")
+        bound = hidden.nbytes + weight.nbytes + CHUNK_LOGIT_ALLOWANCE * 4 * chunk * vocab
+        if live.peak > bound:
+            raise CheckFailed(f"a peak of at most {bound:,} B ({what}; all the FP32 logits are {full:,} B)",
+                              f"{live.peak:,} B", "a loop over chunks still keeps every chunk's logits for "
+                              "backward: recompute each chunk in backward (activation checkpointing per chunk).")
+
+
+def check_chunked_loss(chunked_loss: Callable[..., torch.Tensor]) -> Verdict:
+    """Exercise 9.5: a chunked linear-cross-entropy with the full loss's value and gradients and a chunk-sized peak."""
+    return run_check("9.5", lambda: expect_chunked_loss(chunked_loss, [(1024, 64, 8192, 128, 7, 0)]), points=2)
