@@ -1,15 +1,16 @@
 """Held-out cases for lab 06 (gradient accumulation). Loaded by the grader by file path; never imported by a lab.
 
 Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure:
-other micro-batch counts, seeds, all-padding micro-batches, gradient scales, epsilons, loss scales and budgets.
+other micro-batch counts, seeds, all-padding micro-batches, model sizes, epsilons, gradient distributions, loss
+scales, auxiliary-loss weights and budgets.
 """
 
 from __future__ import annotations
 
 from utils.checks.ch06 import (
-    expect_amp_accumulation,
-    expect_displacement_ratio,
     expect_micro_plan,
+    expect_moe_accumulation,
+    expect_params_changed,
     expect_token_normalised,
     expect_weighted_accumulation,
 )
@@ -21,15 +22,19 @@ def token_cases(accumulate) -> None:
     expect_token_normalised(accumulate, [(1, 5, 3, 0), (6, 6, 4, 0), (3, 9, 5, 3)])
 
 
-def adam_cases(prediction, reasoning, displacement_ratio) -> None:
-    """Another k and eps, gradients at the size of eps, and ordinary gradients over more steps."""
-    expect_displacement_ratio(displacement_ratio, [(4, 1e-8, 1e-8, 8), (3, 1.0, 1e-6, 6), (5, 1e-12, 1e-10, 5)])
+def adam_cases(prediction, reasoning, params_changed) -> None:
+    """A 70B model at k = 64 with a larger eps, a 1% change, k = 1 (nothing changes), a change Adam can never reach
+    (at most k times larger), and gradients far above eps."""
+    expect_params_changed(params_changed, [(70.6e9, 64, 1e-6, -5.5, 1.5, 0.25), (1e9, 8, 1e-8, -7.0, 0.7, 0.01),
+                                           (1e6, 1, 1e-8, -9.0, 1.0, 0.1), (1e6, 4, 1e-8, -9.0, 1.0, 3.5),
+                                           (5e8, 32, 1e-8, -3.0, 0.8, 0.05)])
 
 
-def amp_cases(amp_accumulation_step) -> None:
-    """One micro-batch, an overflowing micro-batch (step skipped, scale halved), a tight clip, a small scale."""
-    expect_amp_accumulation(amp_accumulation_step, [(1, 2.0**16, 1.0, 2, False), (3, 2.0**16, 1.0, 3, True),
-                                                    (4, 2.0**8, 0.01, 4, False), (6, 4.0, 10.0, 5, False)])
+def amp_cases(moe_accumulation_step) -> None:
+    """One micro-batch, an overflowing micro-batch (every optimizer's step skipped, scale halved), a tight clip, a
+    small scale, a large auxiliary weight."""
+    expect_moe_accumulation(moe_accumulation_step, [(1, 2.0**16, 1.0, 0.01, 2, False), (3, 2.0**16, 1.0, 0.01, 3, True),
+                                                    (4, 2.0**8, 0.01, 0.05, 4, False), (6, 4.0, 10.0, 1.0, 5, False)])
 
 
 def plan_cases(choose_micro_batches) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -13,189 +14,258 @@ from torch import nn
 from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, guarded, run_check
 from utils.measure import saved_activation_bytes
 from utils.models import GPT, GPTConfig
+from utils.quiet import install_filters
 
 
-def padded(n: int, cfg: GPTConfig, seed: int, empty_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids and next-token targets with random real lengths; padding targets are -100. The first
-    `empty_rows` sequences are all padding (a micro-batch may hold no real token at all)."""
+def tiny_llama(seed: int) -> nn.Module:
+    """A tiny Hugging Face Llama built from a config (grouped-query attention: 4 query heads share 2 key/value heads;
+    RMSNorm; SwiGLU; untied input and output embeddings), in FP32 on the CPU."""
+    install_filters()  # transformers may import torchao, whose optional kernels print load failures on a CPU
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=96, tie_word_embeddings=False, max_position_embeddings=64)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def padded(n: int, seq_len: int, vocab: int, seed: int, empty_rows: int = 0) -> dict[str, torch.Tensor]:
+    """A right-padded batch as a Hugging Face collator gives it: input_ids, attention_mask, and labels equal to the
+    ids with -100 at padding (the model shifts them by one itself). The first `empty_rows` sequences are all padding
+    (a micro-batch may hold no real target at all)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, cfg.vocab_size, (n, cfg.seq_len), generator=g)
-    y = (x + 1) % cfg.vocab_size
-    lengths = torch.randint(1, cfg.seq_len + 1, (n,), generator=g)
+    ids = torch.randint(0, vocab, (n, seq_len), generator=g)
+    lengths = torch.randint(1, seq_len + 1, (n,), generator=g)
     lengths[:empty_rows] = 0
-    y[torch.arange(cfg.seq_len) >= lengths[:, None]] = -100
-    return x, y
+    mask = (torch.arange(seq_len) < lengths[:, None]).long()
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
 # 6.1 -------------------------------------------------------------------------------------------------------------
 def expect_token_normalised(accumulate: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
-    """cases: (k, sequences, seed, all-padding sequences at the front)."""
-    cfg = GPTConfig(n_layer=1, d_model=32, n_head=4, seq_len=12, vocab_size=40)
+    """cases: (k, sequences, seed, all-padding sequences at the front). The accumulated .grad must equal one
+    big-batch backward of `model(**batch).loss` (the mean over the whole batch's shifted real targets), with one
+    forward per micro-batch."""
     for k, n, seed, empty in cases:
-        torch.manual_seed(seed)
-        model = GPT(cfg)
+        model = tiny_llama(seed)
         reference, model_copy_for_diagnosis = copy.deepcopy(model), copy.deepcopy(model)
-        x, y = padded(n, cfg, seed, empty)
-        logits = reference(x)
-        F.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1), ignore_index=-100).backward()
-        micro_batches = list(zip(x.chunk(k), y.chunk(k), strict=True))
-        accumulate(model, micro_batches)
+        batch = padded(n, 12, model.config.vocab_size, seed, empty)
+        reference(**batch).loss.backward()
+        micro_batches = [dict(zip(batch, parts, strict=True))
+                         for parts in zip(*(t.chunk(k) for t in batch.values()), strict=True)]
+        rows: list[int] = []
+        hook = model.get_input_embeddings().register_forward_hook(
+            lambda _m, args, _o, seen=rows: seen.append(args[0].shape[0]))
+        try:
+            accumulate(model, micro_batches)
+        finally:
+            hook.remove()
+        largest = max(len(mb["input_ids"]) for mb in micro_batches)
+        if not rows or max(rows) > largest:
+            raise CheckFailed(f"one forward per micro-batch of at most {largest} sequences",
+                              f"forwards of {rows} sequences" if rows else "no forward",
+                              "accumulation exists because the whole batch does not fit: run the model on each "
+                              "micro-batch, never on the concatenated batch.")
         for name, p in model.named_parameters():
             if p.grad is None:
                 raise CheckFailed(f"a gradient for {name}", "None", "call backward() on each micro-batch's loss, and "
                                   "do not clear the gradients inside the loop.")
             if not torch.isfinite(p.grad).all():
                 raise CheckFailed(f"finite gradients for {name} (k = {k}, {empty} all-padding sequences)",
-                                  "NaN or inf", "a micro-batch without real tokens has a mean of 0/0: do not divide "
-                                  "by each micro-batch's own token count.")
+                                  "NaN or inf", "a micro-batch without real targets has a mean of 0/0: do not divide "
+                                  "by each micro-batch's own target count.")
         got = torch.cat([p.grad.flatten() for p in model.parameters()])
         want = torch.cat([q.grad.flatten() for q in reference.parameters()])
         if not torch.allclose(got, want, rtol=1e-4, atol=1e-6):
             rel = ((got - want).norm() / want.norm()).item()
             raise CheckFailed(f"the big batch's gradient (k = {k})", f"a relative error of {rel:.2e}",
-                              _what_is_still_wrong(got, model_copy_for_diagnosis, micro_batches))
+                              _what_is_still_wrong(got, want, model_copy_for_diagnosis, micro_batches))
 
 
 def _parallel(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(b.norm() > 0) and abs(F.cosine_similarity(a, b, dim=0).item()) > 1 - 1e-5
 
 
-def _what_is_still_wrong(got: torch.Tensor, start: nn.Module, micro_batches: list) -> str:
+def _what_is_still_wrong(got: torch.Tensor, want: torch.Tensor, start: nn.Module, micro_batches: list) -> str:
     """Name the bug that remains, from the shape of the learner's gradient: the last micro-batch's alone (cleared
-    inside the loop), the mean of per-micro-batch means (normalised per micro-batch), or neither."""
-    per_batch, tokens = [], []
-    for x, y in micro_batches:
+    inside the loop), the sum of per-micro-batch means (normalised per micro-batch), the right direction with the
+    wrong size (a wrong count), or none of these."""
+    per_batch, targets = [], []
+    for mb in micro_batches:
         m = copy.deepcopy(start)
-        logits = m(x)
-        F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=-100,
-                        reduction="sum").backward()
-        per_batch.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
-        tokens.append(int((y != -100).sum()))
-    if _parallel(got, per_batch[-1]) and len(per_batch) > 1:
+        shifted = mb["labels"][:, 1:]
+        n = int((shifted != -100).sum())
+        if n:
+            m(**mb).loss.mul(n).backward()  # the micro-batch's summed target losses
+            per_batch.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
+            targets.append(n)
+    if len(micro_batches) > 1 and per_batch and _parallel(got, per_batch[-1]) and not _parallel(want, per_batch[-1]):
         return ("only the last micro-batch's gradient is left: the gradients are cleared inside the loop, so they "
                 "cannot add up over the micro-batches.")
-    means = [g / n for g, n in zip(per_batch, tokens, strict=True) if n]
-    if means and _parallel(got, sum(means)):
-        return ("the gradients add up now; what is still wrong is the normalisation: each micro-batch's mean over "
-                "its own tokens weights a short micro-batch like a long one. Divide each micro-batch's summed "
-                "token loss by the real tokens of the whole step.")
+    means = [g / n for g, n in zip(per_batch, targets, strict=True)]
+    if means and _parallel(got, sum(means)) and not _parallel(want, sum(means)):
+        return ("the gradients add up now; what is still wrong is the normalisation: model(**batch).loss is each "
+                "micro-batch's mean over its own targets, which weights a short micro-batch like a long one. Divide "
+                "each micro-batch's summed target losses by the targets of the whole step (transformers: pass "
+                "num_items_in_batch).")
+    if _parallel(got, want):
+        return (f"the direction is right, the size is {(got.norm() / want.norm()).item():.3g} times the big batch's: "
+                "the divisor must be the number of targets of the whole step, counted after the model's shift by one "
+                "(labels[:, 1:] != -100), once for the step.")
     return ("two things must hold: the gradients add up over the micro-batches (no clearing inside the loop), and "
-            "each micro-batch's summed token loss is divided by the real tokens of the whole step.")
+            "each micro-batch's summed target losses are divided by the targets of the whole step.")
 
 
 def check_token_normalised(accumulate: Callable) -> Verdict:
-    """Exercise 6.1: fix an accumulation loop over padded micro-batches."""
+    """Exercise 6.1: fix a teammate's accumulation loop for a Hugging Face Llama over padded micro-batches."""
     return run_check("6.1", lambda: expect_token_normalised(accumulate, [(4, 8, 0, 0), (2, 6, 1, 0)]), points=1)
 
 
 # 6.2 -------------------------------------------------------------------------------------------------------------
-PREDICT_CASE = (8, 1e-10, 1e-8, 20)  # k, gradient scale, eps, Adam steps
+# An 8B model (Llama 3 8B's 8.03e9 parameters), k = 16 micro-batches, Adam's default eps, per-element gradient
+# magnitudes with log10|g| ~ Normal(-6, 1), and "changed" meaning an update more than 10% larger.
+PREDICT_CASE = (8.03e9, 16, 1e-8, -6.0, 1.0, 0.10)  # parameters, k, eps, mean and sd of log10|g|, relative change
 
 
-def displacement_ratio_truth(k: int, scale: float, eps: float, steps: int) -> float:
-    """How far Adam moves a fixed MLP without / k, divided by how far with it (the chapter's experiment)."""
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(8 * k, 16, generator=g), torch.randn(8 * k, 4, generator=g)
-    torch.manual_seed(0)
-    start_model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
-    moved = []
-    for divide in (False, True):
-        model = copy.deepcopy(start_model)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=eps)
-        start = torch.cat([p.detach().flatten() for p in model.parameters()])
-        for _ in range(steps):
-            opt.zero_grad(set_to_none=True)
-            for xs, ys in zip(x.chunk(k), y.chunk(k), strict=True):
-                (scale * F.mse_loss(model(xs), ys) / (k if divide else 1)).backward()
-            opt.step()
-        moved.append((torch.cat([p.detach().flatten() for p in model.parameters()]) - start).norm().item())
-    return moved[0] / moved[1]
+def params_changed_truth(n_params: float, k: int, eps: float, mu: float, sigma: float, change: float) -> float:
+    """How many of `n_params` parameters, whose steady gradient magnitudes |g| have log10|g| ~ Normal(mu, sigma), get
+    an Adam update more than (1 + change) times larger when the accumulation forgets / k.
+
+    In a steady state (m_hat = g, sqrt(v_hat) = |g|) the update is lr*g/(|g| + eps) with / k and
+    lr*k*g/(k*|g| + eps) without: their ratio k(|g| + eps)/(k|g| + eps) exceeds 1 + change exactly when
+    |g| < eps (k - 1 - change) / (change * k); it never exceeds k, so for change >= k - 1 no parameter changes."""
+    if k - 1 - change <= 0:
+        return 0.0
+    threshold = eps * (k - 1 - change) / (change * k)
+    z = (math.log10(threshold) - mu) / sigma
+    return n_params * 0.5 * math.erfc(-z / math.sqrt(2))
 
 
-def expect_displacement_ratio(displacement_ratio: Callable, cases: Sequence[tuple[int, float, float, int]]) -> None:
-    displacement_ratio = guarded(displacement_ratio, displacement_ratio_truth)
-    for k, scale, eps, steps in cases:
-        got = displacement_ratio(k, scale, eps, steps)
-        truth = displacement_ratio_truth(k, scale, eps, steps)
-        if isinstance(got, bool) or not isinstance(got, int | float) or abs(got - truth) > 0.02 * truth:
-            raise CheckFailed(f"displacement_ratio(k={k}, scale={scale:g}, eps={eps:g}, steps={steps}) within 2% of "
-                              f"{truth:.3f}", repr(got),
-                              "train the same MLP twice from the same start (copy.deepcopy), on the k chunks of the "
-                              "data, with and without / k, and divide the two parameter displacements' norms.")
+def expect_params_changed(params_changed: Callable, cases: Sequence[tuple[float, int, float, float, float, float]]
+                          ) -> None:
+    params_changed = guarded(params_changed, params_changed_truth)
+    for case in cases:
+        got = params_changed(*case)
+        truth = params_changed_truth(*case)
+        n, k, eps, mu, sigma, change = case
+        what = (f"params_changed({n:.3g}, k={k}, eps={eps:g}, mu={mu:g}, sigma={sigma:g}, change={change:g})")
+        if isinstance(got, bool) or not isinstance(got, int | float) or not math.isfinite(got):
+            raise CheckFailed(f"{what} as a number of parameters", repr(got))
+        if abs(got - truth) > 0.01 * truth + 1e-9 * n:
+            raise CheckFailed(f"{what} within 1% of {truth:.4g}", f"{got:.4g}",
+                              "without / k Adam's update is lr*m/(sqrt(v) + eps/k): find the |g| below which "
+                              "k(|g| + eps)/(k|g| + eps) exceeds 1 + change, then the share of a log-normal "
+                              "below it (log10, not ln; the normal CDF is 0.5*erfc(-z/sqrt(2))).")
 
 
-def check_adam_prediction(prediction: float, reasoning: str, displacement_ratio: Callable) -> Verdict:
-    """Exercise 6.2: predict how much further Adam moves without / k where gradients are near eps, then measure."""
+def check_adam_prediction(prediction: float, reasoning: str, params_changed: Callable) -> Verdict:
+    """Exercise 6.2: predict how many of an 8B model's parameters get a larger Adam update without / k, then
+    write the count as a function of k, eps and the gradient distribution."""
 
     def body() -> None:
         guess = answered(prediction, "prediction")
         if isinstance(guess, bool) or not isinstance(guess, int | float):
-            raise CheckFailed("prediction as a number (a ratio)", repr(guess))
+            raise CheckFailed("prediction as a number of parameters", repr(guess))
         words = answered(reasoning, "reasoning")
         if not isinstance(words, str) or len(words.split()) < 12:
             raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
-        truth = displacement_ratio_truth(*PREDICT_CASE)
-        if abs(guess - truth) > 0.35 * truth:
-            raise CheckFailed(f"a prediction within 35% of the measured ratio {truth:.2f}", repr(guess),
-                              "without / k Adam's update is lr * m / (sqrt(v) + eps / k): compare sqrt(v) with eps.")
-        expect_displacement_ratio(displacement_ratio, [PREDICT_CASE, (2, 1.0, 1e-8, 5)])
+        truth = params_changed_truth(*PREDICT_CASE)
+        if abs(guess - truth) > 0.15 * truth:
+            raise CheckFailed(f"a prediction within 15% of {truth / 1e9:.2f} billion parameters", f"{guess:.4g}",
+                              "without / k Adam's update is lr*m/(sqrt(v) + eps/k): find the gradient magnitude "
+                              "below which that is more than 10% larger than lr*m/(sqrt(v) + eps), then count "
+                              "the parameters below it.")
+        expect_params_changed(params_changed, [PREDICT_CASE, (1e6, 4, 1e-8, -8.0, 0.5, 0.5)])
 
     return run_check("6.2", body, points=2)
 
 
 # 6.3 -------------------------------------------------------------------------------------------------------------
-def _amp_reference(model, opt, scaler, micro_batches, max_norm) -> None:
+class TinyMoE(nn.Module):
+    """A top-1 mixture-of-experts layer and a head: forward returns (output, Switch-Transformer load-balancing
+    loss E * sum_e f_e * P_e, f_e the share of tokens routed to expert e, P_e its mean router probability)."""
+
+    def __init__(self, d: int = 16, experts: int = 4, hidden: int = 32, out: int = 4) -> None:
+        super().__init__()
+        self.router = nn.Linear(d, experts)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
+                                     for _ in range(experts))
+        self.head = nn.Linear(d, out)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        probs = self.router(x).float().softmax(-1)
+        top = probs.argmax(-1)
+        mixed = sum((top == e).unsqueeze(-1) * probs[:, e:e + 1] * expert(x) for e, expert in enumerate(self.experts))
+        chosen = F.one_hot(top, len(self.experts)).float()
+        aux = len(self.experts) * (chosen.mean(0) * probs.mean(0)).sum()
+        return self.head(mixed), aux
+
+
+def moe_optimizers(model: TinyMoE) -> list[torch.optim.Optimizer]:
+    """The team's two optimizers: experts and head at lr 0.1, the router at its own lr 0.02."""
+    rest = [p for name, p in model.named_parameters() if not name.startswith("router.")]
+    return [torch.optim.SGD(rest, lr=0.1), torch.optim.SGD(model.router.parameters(), lr=0.02)]
+
+
+def _moe_reference(model, optimizers, scaler, micro_batches, max_norm, alpha) -> None:
     k = len(micro_batches)
     for xs, ys in micro_batches:
         with torch.autocast("cpu", dtype=torch.float16):
-            loss = F.mse_loss(model(xs), ys) / k
+            out, aux = model(xs)
+            loss = (F.mse_loss(out, ys) + alpha * aux) / k
         scaler.scale(loss).backward()
-    scaler.unscale_(opt)
+    for opt in optimizers:
+        scaler.unscale_(opt)
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(opt)
+    for opt in optimizers:
+        scaler.step(opt)
     scaler.update()
-    opt.zero_grad(set_to_none=True)
+    for opt in optimizers:
+        opt.zero_grad(set_to_none=True)
 
 
-def expect_amp_accumulation(amp_accumulation_step: Callable,
-                            cases: Sequence[tuple[int, float, float, int, bool]]) -> None:
-    """cases: (k, initial scale, max_norm, seed, poison: one micro-batch's input holds an inf)."""
-    amp_accumulation_step = guarded(amp_accumulation_step, _amp_reference)
-    for k, init_scale, max_norm, seed, poison in cases:
+def expect_moe_accumulation(moe_accumulation_step: Callable,
+                            cases: Sequence[tuple[int, float, float, float, int, bool]]) -> None:
+    """cases: (k, initial scale, max_norm, alpha, seed, poison: one micro-batch's input holds an inf)."""
+    moe_accumulation_step = guarded(moe_accumulation_step, _moe_reference)
+    for k, init_scale, max_norm, alpha, seed, poison in cases:
         torch.manual_seed(seed)
-        model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+        model = TinyMoE()
         g = torch.Generator().manual_seed(seed)
-        x, y = torch.randn(4 * k, 16, generator=g) * 3, torch.randn(4 * k, 4, generator=g)
+        x, y = torch.randn(6 * k, 16, generator=g) * 2, torch.randn(6 * k, 4, generator=g)
         if poison:
             x[-1, 0] = float("inf")
         micro = list(zip(x.chunk(k), y.chunk(k), strict=True))
         states = []
-        for fn in (_amp_reference, amp_accumulation_step):
+        for fn in (_moe_reference, moe_accumulation_step):
             m = copy.deepcopy(model)
-            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            optimizers = moe_optimizers(m)
             scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
-            for _ in range(2):  # two optimizer steps: the scale after the first matters for the second
-                fn(m, opt, scaler, micro, max_norm)
-            states.append((torch.cat([p.detach().flatten() for p in m.parameters()]), scaler.get_scale(),
-                           [p.grad for p in m.parameters()]))
-        (ref, ref_scale, _), (got, got_scale, grads) = states
-        what = f"k = {k}, initial scale {init_scale:g}, max_norm {max_norm:g}" + (", an inf input" if poison else "")
-        if not torch.allclose(got, ref, rtol=1e-4, atol=1e-6):
-            raise CheckFailed(f"the reference's parameters after two steps ({what})",
-                              f"a max difference of {(got - ref).abs().max().item():.3g}",
-                              "scale every micro-batch's loss; then unscale_ once, clip, step and update once; "
-                              "clipping needs unscaled gradients.")
+            for _ in range(2):  # two optimizer steps: what the first leaves behind matters for the second
+                fn(m, optimizers, scaler, micro, max_norm, alpha)
+            states.append((m, scaler.get_scale()))
+        (ref, ref_scale), (got, got_scale) = states
+        what = (f"k = {k}, initial scale {init_scale:g}, max_norm {max_norm:g}, alpha {alpha:g}"
+                + (", an inf input" if poison else ""))
+        for part in ("router", "experts", "head"):
+            want = torch.cat([p.detach().flatten() for p in getattr(ref, part).parameters()])
+            have = torch.cat([p.detach().flatten() for p in getattr(got, part).parameters()])
+            if not torch.allclose(have, want, rtol=1e-4, atol=1e-6):
+                raise CheckFailed(f"the reference's {part} parameters after two steps ({what})",
+                                  f"a max difference of {(have - want).abs().max().item():.3g}",
+                                  "both losses of every micro-batch go through the same scaler.scale and the same "
+                                  "/ k; every optimizer's gradients are unscaled before the one global clip; then "
+                                  "each optimizer steps, the scaler updates once, and every optimizer is cleared.")
         expect_equal(got_scale, ref_scale, f"the scaler's scale after two steps ({what})",
-                     hint="call scaler.update() once per optimizer step, not per micro-batch.")
-        if any(gr is not None for gr in grads):
-            raise CheckFailed("gradients cleared after the step (zero_grad(set_to_none=True))", "gradients left")
+                     hint="call scaler.update() once per optimizer step, after stepping every optimizer.")
+        if any(p.grad is not None for p in got.parameters()):
+            raise CheckFailed("every gradient cleared after the step (each optimizer's zero_grad)", "gradients left")
 
 
-def check_amp_accumulation(amp_accumulation_step: Callable) -> Verdict:
-    """Exercise 6.3: fix an accumulation step with GradScaler, autocast and clipping."""
-    return run_check("6.3", lambda: expect_amp_accumulation(amp_accumulation_step,
-                                                            [(4, 2.0**16, 1.0, 0, False), (2, 2.0**10, 0.5, 1, False)]),
-                     points=2)
+def check_moe_accumulation(moe_accumulation_step: Callable) -> Verdict:
+    """Exercise 6.3: fix a teammate's MoE accumulation step (two losses, two optimizers, GradScaler, clipping)."""
+    return run_check("6.3", lambda: expect_moe_accumulation(
+        moe_accumulation_step, [(4, 2.0**16, 1.0, 0.01, 0, False), (2, 2.0**10, 0.5, 0.1, 1, False)]), points=2)
 
 
 # 6.4 -------------------------------------------------------------------------------------------------------------
