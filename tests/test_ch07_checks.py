@@ -42,7 +42,7 @@ def _namespace(path: Path) -> dict:
     return ns
 
 
-ARGS = {"7.1": ("read_summary",), "7.2": ("prediction", "reasoning", "measure_kept_graph"), "7.3": ("train_and_log",),
+ARGS = {"7.1": ("read_summary",), "7.2": ("prediction", "reasoning", "kept_loss_bytes"), "7.3": ("train_and_log",),
         "7.4": ("largest_batch_oom_safe",), "7.5": ("train_with_features",)}
 CHECKS = {"7.1": ch07.check_read_summary, "7.2": ch07.check_kept_graph, "7.3": ch07.check_leak_fixed,
           "7.4": ch07.check_oom_safe_search, "7.5": ch07.check_features_fixed}
@@ -102,28 +102,40 @@ def test_classic_mistakes_fail():
 
     assert ch07.check_read_summary(large_pool).status == "failed"
 
-    # 7.2: a prediction that counts the saved weight; a measurement that counts parameters
-    with_weight = sol["prediction"] + 256 * 4 * 4
-    assert ch07.check_kept_graph(with_weight, sol["reasoning"], sol["measure_kept_graph"]).status == "passed"  # <5%
-    assert ch07.check_kept_graph(sol["prediction"] * 2, sol["reasoning"], sol["measure_kept_graph"]).status == "failed"
-    assert ch07.check_kept_graph(sol["prediction"], "too short", sol["measure_kept_graph"]).status == "failed"
+    # 7.2: the classic miscounts of the Llama graph, each a plausible op-by-op count that is wrong
+    count = sol["kept_loss_bytes"]
+    truth = ch07.reference_kept_loss_bytes(ch07.LLAMA8B, ch07.PREDICT_SEQ)
+    assert sol["prediction"] == truth
+    words = sol["reasoning"]
 
-    def counts_parameters(loss):
-        total, stack, seen = 0, [loss.grad_fn], set()
-        while stack:
-            node = stack.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            for name in dir(node):
-                if name.startswith("_saved_"):
-                    value = getattr(node, name)
-                    if isinstance(value, torch.Tensor):
-                        total += value.untyped_storage().nbytes()
-            stack.extend(f for f, _ in node.next_functions)
-        return total
+    def kv_heads_not_repeated(cfg, s):  # k and v counted at n_kv_head heads
+        kv = cfg["d_model"] // cfg["n_head"] * cfg["n_kv_head"]
+        return count(cfg, s) - 2 * 2 * s * (cfg["d_model"] - kv) * cfg["n_layer"]
 
-    assert ch07.check_kept_graph(sol["prediction"], sol["reasoning"], counts_parameters).status == "failed"
+    def logits_in_bf16(cfg, s):
+        return count(cfg, s) - 2 * s * cfg["vocab"]
+
+    def no_softmax(cfg, s):  # forgets the n_head x s x s probabilities
+        return count(cfg, s) - 2 * cfg["n_head"] * s * s * cfg["n_layer"]
+
+    def norm_output_only(cfg, s):  # RMSNorm saves just its output, as if it were one op
+        return count(cfg, s) - 2 * 2 * s * cfg["d_model"] * (2 * cfg["n_layer"] + 1)
+
+    for wrong in (kv_heads_not_repeated, logits_in_bf16, no_softmax, norm_output_only):
+        assert ch07.check_kept_graph(wrong(ch07.LLAMA8B, 4096), words, count).status == "failed", wrong.__name__
+        assert ch07.check_kept_graph(truth, words, wrong).status == "failed", wrong.__name__
+    assert ch07.check_kept_graph(truth * 1.008, words, count).status == "passed"  # within 1%
+    assert ch07.check_kept_graph(truth, "too short", count).status == "failed"
+    assert ch07.check_kept_graph(truth, words, lambda cfg, s: truth).status == "failed"  # the tiny public case
+
+    tiny = ch07.reference_kept_loss_bytes(ch07.TINY, 10)
+
+    def tuned(cfg, s):  # right on both public cases by heart, wrong on held-out shapes
+        return truth if cfg["d_model"] == 4096 and s == 4096 else tiny
+
+    assert ch07.check_kept_graph(truth, words, tuned).status == "passed"
+    with pytest.raises(CheckFailed):
+        _hidden()["7.2"](truth, words, tuned)
 
     # 7.3: .detach() keeps tensors; validation under autograd keeps graphs
     def detached(model, opt, batches):
@@ -201,6 +213,21 @@ def test_classic_mistakes_fail():
     assert ch07.check_oom_safe_search(search(catch=Exception)).status == "passed"  # public cases cannot tell ...
     with pytest.raises(CheckFailed, match="propagate"):
         _hidden()["7.4"](search(catch=Exception))  # ... the hidden ones can
+
+
+def test_kept_loss_reference_is_the_meta_graph_walk():
+    """The 7.2 reference formula equals the graph census of LlamaStyle built on the meta device, at the public and
+    held-out shapes, and the chapter's census of a real (CPU) tiny model."""
+    from utils.profiling import graph_held_bytes
+
+    cases = [(ch07.LLAMA8B, 4096), (ch07.TINY, 10),
+             ({"vocab": 32000, "d_model": 2048, "n_layer": 16, "n_head": 16, "n_kv_head": 16, "ffn_hidden": 5632},
+              1024),
+             ({"vocab": 50, "d_model": 48, "n_layer": 3, "n_head": 6, "n_kv_head": 3, "ffn_hidden": 40}, 7)]
+    for cfg, seq in cases:
+        assert ch07.meta_kept_loss_bytes(cfg, seq) == ch07.reference_kept_loss_bytes(cfg, seq), (cfg, seq)
+    loss, _ = ch07.llama_kept_loss(ch07.TINY, 10)
+    assert graph_held_bytes([loss]) == ch07.reference_kept_loss_bytes(ch07.TINY, 10)
 
 
 def test_budgeted_trainer_rejects_bad_batches():

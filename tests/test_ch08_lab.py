@@ -11,7 +11,7 @@ import pytest
 import torch
 from lab_helpers import hidden_cases, solution_namespace
 
-from utils.checks.ch08 import E4M3, reference_mx_dequantize, reference_scale_and_clipped
+from utils.checks.ch08 import E4M3, check_delayed_scaling, reference_mx_dequantize, reference_scale_and_clipped
 from utils.checks.core import CheckFailed
 from utils.sizes import TIERS, tier_budget
 
@@ -28,22 +28,40 @@ def _solution_namespace() -> dict:
 
 def test_solutions_pass_hidden_cases():
     ns, hidden = _solution_namespace(), _hidden()
-    hidden["8.1"](ns["scale_and_clipped"])
+    hidden["8.1"](ns["delayed_scaling_run"])
     hidden["8.2"](ns["prediction"], ns["reasoning"], ns["mx_quantize"])
     hidden["8.3"](ns["fp8_roundtrip"])
     hidden["8.4"](ns["choose_fp8_recipe"])
 
 
-def test_answers_tuned_to_public_cases_fail_hidden_ones():
+def test_answers_tuned_to_public_cases_fail_hidden_ones(monkeypatch):
+    monkeypatch.setenv("COURSE_CHECKS_STRICT", "0")  # failing verdicts are looked at on purpose
     hidden = _hidden()
 
-    def max_only(history, t, fmt, margin, algo):  # ignores algo: passes the public cases (all "max")
+    def run(tensors, fmt, margin, history_len, algo, *, use_margin=True, keep_on_zero=True, window=True,
+            own_amax=False):  # the exercise's simulation, with one switch per classic mistake
         fmax = torch.finfo(fmt).max
-        scale = fmax / max(history) / 2**margin if history else 1.0
-        return scale, int(((t * scale).abs() > fmax).sum())
+        history, scale, rows = [], 1.0, []
+        for t in tensors:
+            now = t.abs().max().item()
+            past = history[-history_len:] if window else history
+            amax = now if algo == "current" or own_amax else (max(past) if algo == "max" else past[-1]) if past else 0.0
+            if amax > 0 or not keep_on_zero:
+                scale = fmax / amax / 2**(margin if use_margin else 0) if amax > 0 else 1.0
+            x = t * scale
+            q = x.clamp(-fmax, fmax).to(fmt).float()
+            rows.append((scale, int((x.abs() > fmax).sum()), int(((q == 0) & (t != 0)).sum())))
+            history.append(now)
+        return rows
 
-    with pytest.raises(CheckFailed):
-        hidden["8.1"](max_only)
+    assert check_delayed_scaling(run).status == "passed"
+    hidden["8.1"](run)
+    assert check_delayed_scaling(lambda *a: run(*a, window=False)).status == "failed"  # never recovers
+    assert check_delayed_scaling(lambda *a: run(*a, own_amax=True)).status == "failed"  # that is current scaling
+    for tuned in ({"use_margin": False}, {"keep_on_zero": False}):  # the public cases have margin 0 and no zeros
+        assert check_delayed_scaling(lambda *a, kw=tuned: run(*a, **kw)).status == "passed"
+        with pytest.raises(CheckFailed):
+            hidden["8.1"](lambda *a, kw=tuned: run(*a, **kw))
 
     def hopper_or_none(capability, te_version):  # knows the public GPUs only
         if tuple(capability) < (8, 9):

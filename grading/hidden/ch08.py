@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import torch
 
-from utils.checks.ch08 import E4M3, E5M2, expect_fp8_plans, expect_mx_cases, expect_roundtrips, expect_scale_cases
+from utils.checks.ch08 import (
+    E4M3,
+    E5M2,
+    SPIKE,
+    expect_delayed_runs,
+    expect_fp8_plans,
+    expect_mx_cases,
+    expect_roundtrips,
+)
 
 
-def scale_cases(scale_and_clipped) -> None:
-    """E5M2, the most recent amax, a larger margin, a history that shrinks."""
-    expect_scale_cases(scale_and_clipped, [([1.0, 4.0, 2.0], 3.0, E5M2, 0, "most_recent", 2),
-                                           ([8.0, 1.0], 2.5, E4M3, 2, "most_recent", 3),
-                                           ([0.5, 0.25, 0.75], 0.4, E4M3, 3, "max", 4)])
+def scale_cases(delayed_scaling_run) -> None:
+    """most_recent on the public spike; E5M2 with a margin and a step of zeros (the scale is kept); a steady ramp
+    (delayed scaling clips every step with margin 0); a history of one step; current scaling with zeros."""
+    expect_delayed_runs(delayed_scaling_run, [
+        (SPIKE, E4M3, 0, 4, "most_recent"),
+        ({"steps": 8, "spike_at": 3, "spike": 300.0,
+          "growth": 1.0, "seed": 2, "zero_at": 5}, E5M2, 1, 2, "most_recent"),
+        ({"steps": 7, "spike_at": 0, "spike": 1.0, "growth": 1.5, "seed": 3}, E4M3, 0, 3, "max"),
+        ({"steps": 9, "spike_at": 6, "spike": 64.0, "growth": 1.0, "seed": 4, "zero_at": 2}, E4M3, 2, 1, "max"),
+        ({"steps": 6, "spike_at": 2, "spike": 1e4, "growth": 0.9, "seed": 5, "zero_at": 4}, E5M2, 0, 8, "current"),
+        ({"steps": 12, "spike_at": 3, "spike": 1e4, "growth": 1.0, "seed": 6}, E5M2, 0, 5, "max")])
 
 
 def mx_cases(prediction, reasoning, mx_quantize) -> None:

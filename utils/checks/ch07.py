@@ -82,37 +82,133 @@ def check_read_summary(read_summary: Callable[[dict], dict]) -> Verdict:
 
 
 # 7.2 ------------------------------------------------------------------------------------------------------------
-PREDICT_CASE = (128, 256, 4, 32)  # in, hidden, out, batch: Linear -> GELU -> Linear, MSE loss
+# Llama-3-8B's shape (a colleague's Llama-style decoder with it: 32 layers, GQA over 8 KV heads, SwiGLU, RMSNorm, an
+# untied 128,256-token head), the context the prediction is graded at, and tiny ones the learner can run.
+LLAMA8B = {"vocab": 128256, "d_model": 4096, "n_layer": 32, "n_head": 32, "n_kv_head": 8, "ffn_hidden": 14336}
+PREDICT_SEQ = 4096
+TINY = {"vocab": 97, "d_model": 32, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "ffn_hidden": 48}
+CONFIG_KEYS = tuple(LLAMA8B)
 
 
-def kept_loss(d_in: int, hidden: int, d_out: int, batch: int, *, act: str = "gelu", seed: int = 0,
-              loss: str = "mse") -> tuple[torch.Tensor, nn.Module]:
-    """A loss that was never backpropagated (so it holds its graph), and the model that made it."""
+class RMSNorm(nn.Module):
+    """x * rsqrt(mean(x^2) + eps) * weight, in the input's dtype."""
+
+    def __init__(self, d: int, **kw: Any) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d, **kw))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
+
+
+class LlamaStyle(nn.Module):
+    """A colleague's Llama-style decoder for one sequence of tokens, in BF16: token embedding; per layer RMSNorm,
+    q/k/v projections (k and v with n_kv_head heads, repeated to n_head as Hugging Face's repeat_kv does), eager
+    causal attention (scores, masked_fill, softmax, probabilities @ v), the output projection and a residual add,
+    RMSNorm, a SwiGLU MLP (down(silu(gate(a)) * up(a))) and a residual add; a final RMSNorm, an untied head, and
+    cross-entropy on the logits upcast to float32 (as Hugging Face's loss does). No rotary embedding."""
+
+    def __init__(self, vocab: int, d_model: int, n_layer: int, n_head: int, n_kv_head: int, ffn_hidden: int,
+                 dtype: torch.dtype = torch.bfloat16, device: str | torch.device | None = None) -> None:
+        super().__init__()
+        kw = {"dtype": dtype, "device": device}
+        self.n_head, self.n_kv_head, self.head_dim = n_head, n_kv_head, d_model // n_head
+        kv = n_kv_head * self.head_dim
+        self.embed = nn.Embedding(vocab, d_model, **kw)
+        self.layers = nn.ModuleList(nn.ModuleDict({
+            "norm1": RMSNorm(d_model, **kw), "q": nn.Linear(d_model, d_model, bias=False, **kw),
+            "k": nn.Linear(d_model, kv, bias=False, **kw), "v": nn.Linear(d_model, kv, bias=False, **kw),
+            "o": nn.Linear(d_model, d_model, bias=False, **kw), "norm2": RMSNorm(d_model, **kw),
+            "gate": nn.Linear(d_model, ffn_hidden, bias=False, **kw),
+            "up": nn.Linear(d_model, ffn_hidden, bias=False, **kw),
+            "down": nn.Linear(ffn_hidden, d_model, bias=False, **kw)}) for _ in range(n_layer))
+        self.norm = RMSNorm(d_model, **kw)
+        self.head = nn.Linear(d_model, vocab, bias=False, **kw)
+
+    def forward(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        s, hd, rep = ids.shape[0], self.head_dim, self.n_head // self.n_kv_head
+        h = self.embed(ids)
+        mask = torch.ones(s, s, dtype=torch.bool, device=ids.device).triu(1)  # one mask, shared by every layer
+        for layer in self.layers:
+            a = layer["norm1"](h)
+            q = layer["q"](a).view(s, self.n_head, hd).transpose(0, 1)
+            k = layer["k"](a).view(s, self.n_kv_head, hd).transpose(0, 1)
+            v = layer["v"](a).view(s, self.n_kv_head, hd).transpose(0, 1)
+            k = k[:, None].expand(self.n_kv_head, rep, s, hd).reshape(self.n_head, s, hd)
+            v = v[:, None].expand(self.n_kv_head, rep, s, hd).reshape(self.n_head, s, hd)
+            p = ((q / math.sqrt(hd)) @ k.transpose(1, 2)).masked_fill(mask, float("-inf")).softmax(-1)
+            h = h + layer["o"]((p @ v).transpose(0, 1).reshape(s, -1))
+            a = layer["norm2"](h)
+            h = h + layer["down"](F.silu(layer["gate"](a)) * layer["up"](a))
+        return F.cross_entropy(self.head(self.norm(h)).float(), targets)
+
+
+def llama_kept_loss(cfg: Mapping[str, int], seq_len: int, device: str = "cpu", seed: int = 0
+                    ) -> tuple[torch.Tensor, nn.Module]:
+    """A kept (never backpropagated) loss of LlamaStyle(**cfg) on one sequence of `seq_len` tokens, and the model."""
     torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(d_in, hidden), nn.GELU() if act == "gelu" else nn.ReLU(), nn.Linear(hidden, d_out))
-    x = torch.randn(batch, d_in)
-    out = model(x)
-    if loss == "mse":
-        return F.mse_loss(out, torch.randn(batch, d_out)), model
-    return F.cross_entropy(out, torch.randint(0, d_out, (batch,))), model
+    model = LlamaStyle(**cfg, device=device)
+    ids = torch.randint(0, cfg["vocab"], (seq_len,), device=device)
+    return model(ids, torch.randint(0, cfg["vocab"], (seq_len,), device=device)), model
 
 
-def expect_graph_measurements(measure_kept_graph: Callable[[torch.Tensor], int], cases: Sequence[tuple]) -> None:
-    measure_kept_graph = guarded(measure_kept_graph, graph_held_bytes)
-    for case in cases:
-        *shape, kwargs = case
-        loss, model = kept_loss(*shape, **kwargs)
-        truth = graph_held_bytes([loss])
-        got = measure_kept_graph(loss)
-        expect_equal(got, truth, f"measure_kept_graph(loss) for {shape} with {kwargs or 'GELU, MSE'}",
-                     hint="walk loss.grad_fn and its next_functions; sum the storages of every _saved_* tensor once "
-                     "(views share a storage); leave out parameters (a saved weight is a view whose _base is the "
-                     "Parameter); a name that raises RuntimeError was freed by backward.")
-        del loss, model
+def reference_kept_loss_bytes(cfg: Mapping[str, int], seq_len: int) -> int:
+    """The bytes LlamaStyle's kept loss holds, op by op (tests/test_ch07_checks.py checks it against a walk of the
+    graph built on the meta device). Per layer, in BF16 (2 bytes): RMSNorm saves its input, the rsqrt (s x 1) and
+    the product before the weight; q/k/v save the normed input (one storage); q / sqrt(hd) is saved by the scores'
+    matmul with the repeated k, the softmax output by its matmul with the repeated v (plus the division's 0-d
+    float64 divisor, 8 bytes); o saves the attention output (a copy after the transpose); the second RMSNorm as the
+    first; SwiGLU saves gate, up, silu(gate) and the product. Once: the bool mask, the final RMSNorm, the float32
+    log-softmax of the logits, the int64 ids (embedding) and targets (NLL) and NLL's total weight."""
+    s, d, f = seq_len, cfg["d_model"], cfg["ffn_hidden"]
+    per_layer = 2 * (10 * s * d + 2 * s + 4 * s * f + cfg["n_head"] * s * s) + 8
+    return cfg["n_layer"] * per_layer + s * s + 2 * (3 * s * d + s) + 4 * s * cfg["vocab"] + 16 * s + 4
 
 
-def check_kept_graph(prediction: int, reasoning: str, measure_kept_graph: Callable[[torch.Tensor], int]) -> Verdict:
-    """Exercise 7.2: the bytes a kept loss's graph holds, predicted (within 5%) with reasoning, then measured."""
+def meta_kept_loss_bytes(cfg: Mapping[str, int], seq_len: int) -> int:
+    """The same figure measured: LlamaStyle built on the meta device (no memory), its kept graph walked as
+    graph_held_bytes walks it, but counting meta storages (their nbytes is what the real ones would take)."""
+    loss, _ = llama_kept_loss(cfg, seq_len, device="meta")
+    saved: dict[int, int] = {}
+    leaves: set[int] = set()
+    seen: set[int] = set()
+    stack = [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if hasattr(node, "variable"):
+            leaves.add(node.variable.untyped_storage()._cdata)
+        for name in dir(node):
+            if name.startswith("_saved_"):
+                value = getattr(node, name)
+                for t in value if isinstance(value, tuple | list) else (value,):
+                    if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter) \
+                            and not isinstance(t._base, nn.Parameter):
+                        saved[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
+        stack.extend(fn for fn, _ in node.next_functions)
+    return sum(n for key, n in saved.items() if key not in leaves)
+
+
+def expect_kept_loss_bytes(kept_loss_bytes: Callable[[dict, int], int], cases: Sequence[tuple[dict, int]]) -> None:
+    kept_loss_bytes = guarded(kept_loss_bytes, reference_kept_loss_bytes, meta_kept_loss_bytes, graph_held_bytes)
+    for cfg, seq in cases:
+        truth = reference_kept_loss_bytes(cfg, seq)
+        got = kept_loss_bytes(dict(cfg), seq)
+        if isinstance(got, bool) or not isinstance(got, int | float) or not math.isfinite(got) \
+                or abs(got - truth) > 0.01 * truth:
+            shown = f"{got:,}" if isinstance(got, int | float) and not isinstance(got, bool) else repr(got)[:60]
+            raise CheckFailed(f"kept_loss_bytes({dict(cfg)}, {seq}) within 1% of {truth:,}", shown,
+                              "per layer: the softmax's probabilities (n_head x s x s), SwiGLU's four s x ffn "
+                              "tensors, ten s x d tensors (two RMSNorms' input, product and output; q scaled; the "
+                              "repeated k and v, which have n_head heads; the attention output); in BF16. Once: the "
+                              "float32 log-softmax of the logits (s x vocab x 4 bytes).")
+
+
+def check_kept_graph(prediction: int, reasoning: str, kept_loss_bytes: Callable[[dict, int], int]) -> Verdict:
+    """Exercise 7.2: predict the bytes a kept loss of a Llama-3-8B-shaped decoder holds at 4,096 tokens (a graph no
+    laptop builds), then write the op-by-op count as a function of the configuration."""
 
     def body() -> None:
         guess = answered(prediction, "prediction")
@@ -121,15 +217,16 @@ def check_kept_graph(prediction: int, reasoning: str, measure_kept_graph: Callab
         words = answered(reasoning, "reasoning")
         if not isinstance(words, str) or len(words.split()) < 12:
             raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
-        loss, _ = kept_loss(*PREDICT_CASE)
-        truth = graph_held_bytes([loss])
-        if abs(guess - truth) > 0.05 * truth:
-            raise CheckFailed(f"a prediction within 5% of the graph's {truth:,} bytes", f"{guess:,}",
-                              "op by op: the first Linear saves its input, GELU its input, the second Linear its "
-                              "input (the weight is the parameter's memory), the MSE loss its input and target.")
-        expect_graph_measurements(measure_kept_graph, [(*PREDICT_CASE, {}), (16, 8, 3, 5, {"act": "relu"})])
+        truth = reference_kept_loss_bytes(LLAMA8B, PREDICT_SEQ)
+        if abs(guess - truth) > 0.01 * truth:
+            raise CheckFailed(f"a prediction within 1% of the graph's bytes ({truth / 2**30:.1f} GiB)",
+                              f"{guess:,} B ({guess / 2**30:.1f} GiB)",
+                              "op by op, as the chapter's graph census counts: which ops save their input, their "
+                              "output or both, in which dtype; a storage two ops save counts once; the parameters "
+                              "(and the weight views matmuls save) are not the graph's memory.")
+        expect_kept_loss_bytes(kept_loss_bytes, [(LLAMA8B, PREDICT_SEQ), (TINY, 10)])
 
-    return run_check("7.2", body, points=2)
+    return run_check("7.2", body, points=3)
 
 
 # 7.3 ------------------------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ def _answered(value: Any, name: str) -> Any:
 # 8.1 ------------------------------------------------------------------------------------------------------------
 def reference_scale_and_clipped(history: list[float], t: torch.Tensor, fmt: torch.dtype, margin: int, algo: str
                                 ) -> tuple[float, int]:
+    """One step of chapter 08's DelayedScaling: the scale from an amax history and the values it clips (the
+    chapter's lesson code is tested against it)."""
     fmax = torch.finfo(fmt).max
     if not history:
         scale = 1.0
@@ -31,25 +33,79 @@ def reference_scale_and_clipped(history: list[float], t: torch.Tensor, fmt: torc
     return scale, int(((t * scale).abs() > fmax).sum())
 
 
-def expect_scale_cases(scale_and_clipped: Callable[..., tuple[float, int]], cases: Sequence[tuple]) -> None:
-    scale_and_clipped = guarded(scale_and_clipped, reference_scale_and_clipped)
-    for history, growth, fmt, margin, algo, seed in cases:
-        t = torch.randn(4096, generator=torch.Generator().manual_seed(seed)) * growth
-        expected = reference_scale_and_clipped(list(history), t, fmt, margin, algo)
-        got = scale_and_clipped(list(history), t.clone(), fmt, margin, algo)
-        if (not isinstance(got, tuple) or len(got) != 2 or abs(float(got[0]) - expected[0]) > 1e-9 * expected[0]
-                or got[1] != expected[1] or isinstance(got[1], bool) or not isinstance(got[1], int)):
-            raise CheckFailed(f"(scale, clipped) = ({expected[0]:.6g}, {expected[1]}) for history {list(history)}, "
-                              f"{str(fmt)[6:]}, margin {margin}, {algo!r}", repr(got),
-                              "scale = fmax / amax / 2**margin (1.0 with an empty history), amax the max or the last "
-                              "of the history; clipped = values whose scaled magnitude exceeds fmax (an int).")
+ALGOS = ("max", "most_recent", "current")
 
 
-def check_scale_and_clipped(scale_and_clipped: Callable[..., tuple[float, int]]) -> Verdict:
-    """Exercise 8.1: a delayed-scaling scale from an amax history, with a margin, and how many values it clips."""
-    return run_check("8.1", lambda: expect_scale_cases(scale_and_clipped, [
-        ([2.0, 3.5, 3.0], 1.3, E4M3, 0, "max", 0), ([2.0, 3.5, 3.0], 1.3, E4M3, 1, "max", 0),
-        ([], 1.0, E4M3, 0, "max", 1)]), points=1)
+def reference_delayed_run(tensors: Sequence[torch.Tensor], fmt: torch.dtype, margin: int, history_len: int,
+                          algo: str) -> list[tuple[float, int, int]]:
+    """Per step, (scale, clipped, flushed) of a tensor sequence cast to `fmt` as Transformer Engine scales it.
+    Delayed ("max", "most_recent"): the scale of step i comes from the amaxes of the `history_len` steps before it
+    (reduced by max or taken from the last), recorded after each cast; "current": from the tensor itself. scale =
+    fmax / amax / 2**margin; an empty history or an amax of 0 keeps the previous scale (1.0 at first), as TE's
+    _default_sf_compute does. clipped: values whose scaled magnitude exceeds fmax; flushed: nonzero values the cast
+    (saturated at fmax) turns into zero."""
+    fmax = torch.finfo(fmt).max
+    history: list[float] = []
+    scale, rows = 1.0, []
+    for t in tensors:
+        amax_now = t.abs().max().item()
+        window = history[-history_len:]
+        amax = amax_now if algo == "current" else (max(window) if algo == "max" else window[-1]) if window else 0.0
+        if amax > 0:
+            scale = fmax / amax / 2**margin
+        x = t * scale
+        cast = x.clamp(-fmax, fmax).to(fmt).float()
+        rows.append((scale, int((x.abs() > fmax).sum()), int(((cast == 0) & (t != 0)).sum())))
+        history.append(amax_now)
+    return rows
+
+
+def spike_sequence(steps: int, spike_at: int, spike: float, growth: float, seed: int, n: int = 4096,
+                   zero_at: int | None = None) -> list[torch.Tensor]:
+    """Gradient-like tensors (std 0.5) growing by `growth` per step, one step `spike` times larger (a loss spike),
+    optionally one step of zeros (a frozen layer's gradient)."""
+    g = torch.Generator().manual_seed(seed)
+    out = [torch.randn(n, generator=g) * 0.5 * growth**i * (spike if i == spike_at else 1.0) for i in range(steps)]
+    if zero_at is not None:
+        out[zero_at] = torch.zeros(n)
+    return out
+
+
+def expect_delayed_runs(delayed_scaling_run: Callable[..., list], cases: Sequence[tuple]) -> None:
+    """cases: (spike_sequence kwargs, fmt, margin, history_len, algo)."""
+    delayed_scaling_run = guarded(delayed_scaling_run, reference_delayed_run, reference_scale_and_clipped)
+    for seq_kw, fmt, margin, history_len, algo in cases:
+        tensors = spike_sequence(**seq_kw)
+        expected = reference_delayed_run(tensors, fmt, margin, history_len, algo)
+        got = delayed_scaling_run([t.clone() for t in tensors], fmt, margin, history_len, algo)
+        zeros = f", zeros at step {seq_kw['zero_at']}" if seq_kw.get("zero_at") is not None else ""
+        what = (f"{len(tensors)} steps (spike x{seq_kw['spike']:g} at step {seq_kw['spike_at']}, growth "
+                f"{seq_kw['growth']:g}/step{zeros}), {str(fmt)[6:]}, margin {margin}, history_len {history_len}, "
+                f"{algo!r}")
+        if not isinstance(got, list) or len(got) != len(expected) or not all(
+                isinstance(r, tuple) and len(r) == 3 for r in got):
+            raise CheckFailed(f"a list of {len(expected)} (scale, clipped, flushed) tuples for {what}",
+                              repr(got)[:80])
+        for step, (row, exp) in enumerate(zip(got, expected, strict=True)):
+            ints = all(type(v) is int for v in row[1:])
+            if not ints or not isinstance(row[0], int | float) or abs(float(row[0]) - exp[0]) > 1e-9 * exp[0] \
+                    or row[1:] != exp[1:]:
+                raise CheckFailed(f"step {step}: (scale, clipped, flushed) = ({exp[0]:.6g}, {exp[1]}, {exp[2]}) for "
+                                  f"{what}", repr(row)[:80],
+                                  "the scale of a step uses only the amaxes of the history_len steps BEFORE it (its "
+                                  "own amax is recorded after the cast), except 'current'; an empty history or an "
+                                  "amax of 0 keeps the previous scale; clipped and flushed are Python ints "
+                                  "(flushed: nonzero values whose saturated cast is 0).")
+
+
+SPIKE = {"steps": 10, "spike_at": 4, "spike": 1000.0, "growth": 1.05, "seed": 0}
+
+
+def check_delayed_scaling(delayed_scaling_run: Callable[..., list]) -> Verdict:
+    """Exercise 8.1: delayed (and current) scaling over a tensor sequence with a loss spike: the scale, the values
+    clipped and the values flushed to zero at every step."""
+    return run_check("8.1", lambda: expect_delayed_runs(delayed_scaling_run, [
+        (SPIKE, E4M3, 0, 4, "max"), (SPIKE, E4M3, 0, 4, "current")]), points=2)
 
 
 # 8.2 ------------------------------------------------------------------------------------------------------------
