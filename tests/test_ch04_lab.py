@@ -25,7 +25,7 @@ def _solution_namespace() -> dict:
 
 def test_solutions_pass_hidden_cases_quick_ones():
     ns, hidden = _solution_namespace(), _hidden()
-    hidden["4.1"](ns["needs_grad_scaler"])
+    hidden["4.1"](ns["autocast_dtypes"])
     hidden["4.4"](ns["choose_recipe"])
 
 
@@ -37,35 +37,115 @@ def test_solution_passes_hidden_clipping_and_bytes_cases():
 
 def test_answers_tuned_to_public_cases_fail_hidden_ones():
     hidden = _hidden()
-    table = {("cuda", None): True, ("cpu", None): False, ("cuda", torch.bfloat16): False}
-    with pytest.raises(CheckFailed):
-        hidden["4.1"](lambda device_type, dtype: table.get((device_type, dtype), device_type == "cuda"))
-    public = {(7, 5): {"autocast_dtype": torch.float16, "grad_scaler": True, "fp32_precision": "ieee"}}
+    public = {"proj": torch.bfloat16, "norm_proj": torch.bfloat16, "norm_input": torch.float32,
+              "scores": torch.bfloat16, "probs": torch.bfloat16, "cdf": torch.bfloat16, "peaked": torch.bfloat16,
+              "skip": torch.float32, "residual": torch.float32, "confidence": torch.float32, "loss": torch.float32}
+    with pytest.raises(CheckFailed):  # the public answer, written as a table
+        hidden["4.1"](lambda autocast_dtype, input_dtype: dict(public))
+    public_recipe = {(7, 5): {"autocast_dtype": torch.float16, "grad_scaler": True, "fp32_precision": "ieee"}}
 
     def by_name(capability):
-        return public.get(tuple(capability), {"autocast_dtype": torch.bfloat16, "grad_scaler": False,
-                                              "fp32_precision": "tf32"})
+        return public_recipe.get(tuple(capability), {"autocast_dtype": torch.bfloat16, "grad_scaler": False,
+                                                     "fp32_precision": "tf32"})
 
     with pytest.raises(CheckFailed):
         hidden["4.4"](by_name)
 
 
-def test_buggy_clipping_fails_the_public_check(monkeypatch):
+def test_lab04_cuda_policy_on_the_cpu_fails(monkeypatch):
+    """Exercise 4.1: CUDA's FP32 list (layer norm, softmax, cumsum in FP32) applied on the CPU fails, and so does
+    'everything in the autocast dtype'."""
+    from utils.checks.ch04 import check_autocast_dtypes
+
+    def cuda_policy(autocast_dtype, input_dtype):
+        low, f32 = autocast_dtype, torch.float32
+        return {"proj": low, "norm_proj": f32, "norm_input": f32, "scores": low, "probs": f32, "cdf": f32,
+                "peaked": low, "skip": f32, "residual": f32, "confidence": f32, "loss": f32}
+
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    assert check_autocast_dtypes(cuda_policy).status == "failed"
+    assert check_autocast_dtypes(lambda a, i: dict.fromkeys(cuda_policy(a, i), a)).status == "failed"
+
+
+def _step(mean=True, unscale_all=True, update_once=True, clip_first=False):
+    def train_step(model, optimizers, scaler, micro_batches, max_norm):
+        total = 0.0
+        for x, y in micro_batches:
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x, y)
+            scaler.scale(loss / len(micro_batches) if mean else loss).backward()
+            total += loss.item()
+        if clip_first:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        for opt in optimizers if unscale_all else optimizers[:1]:
+            scaler.unscale_(opt)
+        if not clip_first:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        for opt in optimizers:
+            scaler.step(opt)
+            if not update_once:
+                scaler.update()
+        if update_once:
+            scaler.update()
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        return total / len(micro_batches)
+
+    return train_step
+
+
+def test_lab04_each_planted_bug_fails_the_public_check(monkeypatch):
+    """Exercise 4.3: the colleague's loop, and each of its three bugs (and the chapter's clip-before-unscale) left
+    alone, fail; the fix passes the public and held-out cases."""
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     from utils.checks.ch04 import check_clipped_step
 
-    def clip_before_unscale(model, optimizer, scaler, x, y, max_norm):
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = model(x, y)
-        scaler.scale(loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.item()
+    assert check_clipped_step(_step()).status == "passed"
+    _hidden()["4.3"](_step())
+    for bug in ({"mean": False}, {"unscale_all": False}, {"update_once": False}, {"clip_first": True},
+                {"mean": False, "unscale_all": False, "update_once": False}):
+        assert check_clipped_step(_step(**bug)).status == "failed", bug
 
-    verdict = check_clipped_step(clip_before_unscale)
-    assert verdict.status == "failed" and "unscale_" in verdict.message
+
+def test_lab04_prediction_is_for_an_8b_model(monkeypatch):
+    """Exercise 4.2: the graded figures are Llama-3-8B's (16 and 8 B/param); counting autocast's BF16 copies
+    (18 B/param), a tied head, no GQA or GB for GiB fails. A deep MLP's measured AMP peak tends to 16 B/param."""
+    from utils.architectures import PUBLISHED_PARAMS
+    from utils.checks.ch04 import backward_peak_truth, check_bytes_per_param, reference_bytes_per_param
+    from utils.measure import step_peak
+    from utils.models import mlp
+
+    n = 2 * 128_256 * 4096 + 32 * (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 4096
+    assert n == PUBLISHED_PARAMS["Llama-3-8B"]
+    truth = backward_peak_truth()
+    assert truth == {"amp-bf16": n * 16 / 2**30, "pure-bf16": n * 8 / 2**30}
+
+    torch.manual_seed(0)
+    net, x = mlp(64, 256, 64, depth=16), torch.randn(2, 64)
+    opt = torch.optim.AdamW(net.parameters())
+
+    def forward_backward():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = net(x).float().pow(2).mean()
+        loss.backward()
+
+    forward_backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    measured = step_peak(forward_backward, net, opt, warmup=0) / sum(p.numel() for p in net.parameters())
+    assert 16 <= measured < 16.2
+
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    words = "weights, two moments and gradients in the parameters' dtype, the copies freed as backward runs"
+    no_gqa, tied = n + 32 * 2 * 4096 * 3072, n - 128_256 * 4096
+    for wrong in ({"amp-bf16": n * 18 / 2**30, "pure-bf16": truth["pure-bf16"]},
+                  {"amp-bf16": tied * 16 / 2**30, "pure-bf16": tied * 8 / 2**30},
+                  {"amp-bf16": no_gqa * 16 / 2**30, "pure-bf16": no_gqa * 8 / 2**30},
+                  {"amp-bf16": n * 16 / 1e9, "pure-bf16": n * 8 / 1e9}):
+        verdict = check_bytes_per_param(wrong, words, lambda *c: 0.0)
+        assert verdict.status == "failed" and "GiB" in verdict.message, wrong
+    verdict = check_bytes_per_param(truth, words, lambda h, p, a: reference_bytes_per_param(h, p, a) * 1.0)
+    assert verdict.status == "failed" and "your own code" in verdict.message
 
 
 def test_full_sizes_fit_every_tier():

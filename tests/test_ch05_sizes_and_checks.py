@@ -91,7 +91,7 @@ def test_hidden_cases_catch_an_answer_tuned_to_the_public_ones():
     assert ch05.check_checkpoint_every(tuned).status == "passed"
     with pytest.raises(ch05.CheckFailed):
         hidden()["5.1"](tuned)
-    assert set(hidden()) == {"5.1", "5.2", "5.3", "5.4", "5.5"}
+    assert set(hidden()) == {"5.1", "5.2", "5.3", "5.4", "5.5", "5.6"}
 
 
 def test_block_saves_about_ten_inputs():
@@ -147,3 +147,59 @@ def test_lab05_swiglu_formula_without_rmsnorm_statistics_fails(monkeypatch):
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     verdict = check_swiglu(short, choose)
     assert verdict.status == "failed" and "1/rms" in verdict.message
+
+
+def _measured_optimum(depth, mult, tokens, width):  # a correct measurement for 5.2's second half
+    from utils.measure import saved_activation_bytes
+
+    x = torch.randn(tokens, width)
+    per_block = saved_activation_bytes(ch05.make_stack(1, width, mult), x)
+    peaks = {k: k * x.nbytes + math.ceil(depth / k) * per_block for k in range(1, depth + 1)}
+    return min(peaks, key=peaks.get)
+
+
+def test_lab05_prediction_is_for_a_stack_no_laptop_runs(monkeypatch):
+    """Exercise 5.2: the meta-device block count equals a real measurement at a small size, c is 18 at the graded
+    size, and the graded optimum is 32 segments at 6.25 GiB; sqrt(c*N) = 24 taken as is, or sqrt(N), fails."""
+    from utils.measure import saved_activation_bytes
+
+    x = torch.randn(16, 8)
+    assert ch05.block_saved_bytes_meta(8, 16, 8) == saved_activation_bytes(ch05.make_stack(1, 8, 8), x)
+    depth, mult, tokens, d = ch05.PREDICT_BIG
+    assert depth == 32 and 2 * mult * d * d * depth > 8e9 and tokens == 8192
+    assert 18 <= ch05.block_saved_bytes_meta(mult, tokens, d) / (tokens * d * 4) < 18.01
+    truth = ch05.predicted_segments_truth()
+    assert truth["segments"] == 32 and abs(truth["peak_gib"] - 6.25) < 0.01
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    words = "a block saves eighteen inputs, so the peak is k inputs plus ceil(N/k) times eighteen inputs"
+    assert ch05.check_optimal_segments(truth, words, _measured_optimum).status == "passed"
+    assert ch05.check_optimal_segments({"segments": 16, "peak_gib": 6.5}, words, _measured_optimum).status == "passed"
+    for wrong in ({"segments": 24, "peak_gib": 7.5}, {"segments": 6, "peak_gib": 14.25},
+                  {"segments": 32, "peak_gib": 50 * 8192 * 4096 * 4 / 1e9}):
+        assert ch05.check_optimal_segments(wrong, words, _measured_optimum).status == "failed", wrong
+
+
+def _vit_forward(reentrant=False, preserve=True, per_block=True, eval_mode=False):
+    def forward(vit, images):
+        if eval_mode:
+            vit.eval()
+        x = vit.embed(images)
+        for block in vit.blocks:
+            x = checkpoint(block, x, use_reentrant=reentrant, preserve_rng_state=preserve) if per_block else block(x)
+        return vit.classify(x)
+
+    return forward
+
+
+def test_lab05_vit_checkpoint_catches_each_bug(monkeypatch):
+    """Exercise 5.6: the colleague's code, each half-fix, removing the checkpoints and switching drop path off all
+    fail; the fix passes the public and held-out cases."""
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    fixed = _vit_forward()
+    assert ch05.check_vit_checkpoint(fixed).status == "passed"
+    hidden()["5.6"](fixed)
+    for wrong, says in ((_vit_forward(reentrant=True, preserve=False), "use_reentrant"),
+                        (_vit_forward(reentrant=True), "use_reentrant"), (_vit_forward(preserve=False), "RNG"),
+                        (_vit_forward(per_block=False), "one input per block"), (_vit_forward(eval_mode=True), "")):
+        verdict = ch05.check_vit_checkpoint(wrong)
+        assert verdict.status == "failed" and says in verdict.message, verdict

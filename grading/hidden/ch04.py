@@ -12,16 +12,17 @@ import torch
 from utils.checks.ch04 import (
     expect_bytes_per_param,
     expect_clipped_step,
-    expect_needs_scaler,
     expect_recipes,
+    expect_scorer_dtypes,
     expect_training_states,
 )
 from utils.models import GPT, GPTConfig, cnn, mlp
 
 
-def needs_scaler_cases(needs_grad_scaler) -> None:
-    """Explicit FP16 on either device, explicit BF16 on the CPU."""
-    expect_needs_scaler(needs_grad_scaler, [("cpu", torch.float16), ("cuda", torch.float16), ("cpu", torch.bfloat16)])
+def autocast_dtype_cases(autocast_dtypes) -> None:
+    """Autocast to FP16 over FP32 inputs, and inputs already in the autocast dtype (BF16, FP16)."""
+    expect_scorer_dtypes(autocast_dtypes, [(torch.float16, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                           (torch.float16, torch.float16)])
 
 
 def bytes_per_param_cases(prediction, reasoning, bytes_per_param) -> None:
@@ -31,8 +32,10 @@ def bytes_per_param_cases(prediction, reasoning, bytes_per_param) -> None:
 
 
 def clipped_step_cases(train_step) -> None:
-    """A clip that always bites, a loose clip, a huge initial scale (overflow and skip first), other seeds."""
-    expect_clipped_step(train_step, [(32, 0.05, 2.0**10, 3, 5), (64, 5.0, 2.0**16, 1, 4), (32, 0.3, 2.0**24, 2, 6)])
+    """One micro-batch, four, a clip that always bites, a loose clip, a huge initial scale (overflow and skip
+    first), other widths and seeds."""
+    expect_clipped_step(train_step, [(32, 1, 0.05, 2.0**10, 3, 4), (64, 4, 50.0, 2.0**16, 2, 3),
+                                     (32, 2, 0.3, 2.0**24, 4, 5)])
 
 
 def recipe_cases(choose_recipe) -> None:
@@ -54,7 +57,7 @@ def training_state_cases(training_state_bytes) -> None:
 
 
 HIDDEN = {
-    "4.1": needs_scaler_cases,
+    "4.1": autocast_dtype_cases,
     "4.2": bytes_per_param_cases,
     "4.3": clipped_step_cases,
     "4.4": recipe_cases,

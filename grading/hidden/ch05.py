@@ -1,7 +1,7 @@
 """Held-out cases for lab 05 (gradient checkpointing). Loaded by the grader by file path; never imported by a lab.
 
 Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure:
-other depths, strides, widths, hidden multipliers, budgets and dropout rates than the public cases.
+other depths, strides, widths, hidden multipliers, budgets, dropout and drop-path rates than the public cases.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from utils.checks.ch05 import (
     expect_optimal_segments,
     expect_schedule,
     expect_swiglu,
+    expect_vit_checkpoint,
 )
 
 
@@ -44,10 +45,16 @@ def swiglu_cases(swiglu_saved_bytes, choose_mode) -> None:
                                                     (8192, 8192, 28672, 5 * 10**9)])
 
 
+def vit_checkpoint_cases(vit_forward) -> None:
+    """No stochastic depth, a heavy one, one block, a deeper stack, other patch sizes, batches and seeds."""
+    expect_vit_checkpoint(vit_forward, [(8, 4, 16, 1, 0.0, 2, 5), (12, 4, 24, 6, 0.6, 6, 6), (8, 2, 8, 2, 0.2, 3, 7)])
+
+
 HIDDEN = {
     "5.1": every_cases,
     "5.2": optimum_cases,
     "5.3": schedule_cases,
     "5.4": fixed_checkpoint_cases,
     "5.5": swiglu_cases,
+    "5.6": vit_checkpoint_cases,
 }
