@@ -153,13 +153,8 @@ def llama_kept_loss(cfg: Mapping[str, int], seq_len: int, device: str = "cpu", s
 
 
 def reference_kept_loss_bytes(cfg: Mapping[str, int], seq_len: int) -> int:
-    """The bytes LlamaStyle's kept loss holds, op by op (tests/test_ch07_checks.py checks it against a walk of the
-    graph built on the meta device). Per layer, in BF16 (2 bytes): RMSNorm saves its input, the rsqrt (s x 1) and
-    the product before the weight; q/k/v save the normed input (one storage); q / sqrt(hd) is saved by the scores'
-    matmul with the repeated k, the softmax output by its matmul with the repeated v (plus the division's 0-d
-    float64 divisor, 8 bytes); o saves the attention output (a copy after the transpose); the second RMSNorm as the
-    first; SwiGLU saves gate, up, silu(gate) and the product. Once: the bool mask, the final RMSNorm, the float32
-    log-softmax of the logits, the int64 ids (embedding) and targets (NLL) and NLL's total weight."""
+    """The bytes LlamaStyle's kept loss holds (tests/test_ch07_checks.py checks it against a walk of the graph built
+    on the meta device)."""
     s, d, f = seq_len, cfg["d_model"], cfg["ffn_hidden"]
     per_layer = 2 * (10 * s * d + 2 * s + 4 * s * f + cfg["n_head"] * s * s) + 8
     return cfg["n_layer"] * per_layer + s * s + 2 * (3 * s * d + s) + 4 * s * cfg["vocab"] + 16 * s + 4
@@ -200,10 +195,10 @@ def expect_kept_loss_bytes(kept_loss_bytes: Callable[[dict, int], int], cases: S
                 or abs(got - truth) > 0.01 * truth:
             shown = f"{got:,}" if isinstance(got, int | float) and not isinstance(got, bool) else repr(got)[:60]
             raise CheckFailed(f"kept_loss_bytes({dict(cfg)}, {seq}) within 1% of {truth:,}", shown,
-                              "per layer: the softmax's probabilities (n_head x s x s), SwiGLU's four s x ffn "
-                              "tensors, ten s x d tensors (two RMSNorms' input, product and output; q scaled; the "
-                              "repeated k and v, which have n_head heads; the attention output); in BF16. Once: the "
-                              "float32 log-softmax of the logits (s x vocab x 4 bytes).")
+                              "count per layer and per op, as the chapter's census does: the three ops of the "
+                              "written-out RMSNorm, the projections' shared input, attention with k and v repeated "
+                              "to n_head heads, the softmax, SwiGLU's three ops; BF16 is 2 bytes; once: the mask, "
+                              "the final norm and the loss on float32 logits. Test your rules on a tiny LlamaStyle.")
 
 
 def check_kept_graph(prediction: int, reasoning: str, kept_loss_bytes: Callable[[dict, int], int]) -> Verdict:
