@@ -1,25 +1,26 @@
 """Held-out cases for lab 02 (number formats). Loaded by the grader by file path; never imported by a lab.
 
 Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure:
-signed zeros and subnormals, values that round to infinity, other weights and formats, other spreads, seeds,
+signed zeros and subnormals, values that saturate, other weights and formats, other spreads, seeds,
 magnitudes and FP8 formats than the public cases.
 """
 
 from __future__ import annotations
 
 import math
-import random
 
 import torch
 
 from utils.checks.ch02 import (
+    ROUND_FORMATS,
+    expect_block_quantize,
     expect_decode_fp16,
     expect_mx_elements,
-    expect_quantize,
-    expect_round_to_bf16,
+    expect_round,
     expect_smallest_kept_update,
     expect_zero_fraction,
     log_uniform,
+    round_cases,
 )
 
 
@@ -28,12 +29,11 @@ def decode_cases(decode_fp16) -> None:
     expect_decode_fp16(decode_fp16, [0x8000, 0x8001, 0x83FF, 0x8400, 0xFBFF, 0xFC00, 0x0001, 0x7BFF])
 
 
-def bf16_cases(round_to_bf16) -> None:
-    """Ties in both directions, values that round up to infinity, negative subnormals and negative zero."""
-    rng = random.Random(11)
-    xs = [-0.0, 3.3961e38, -3.3961e38, 1 + 2**-8 + 2**-9, -(1 + 2**-8), -1e-40, 2.0**-133, -(2.0**-126) * 1.5]
-    xs += [rng.uniform(-2, 2) * 2.0 ** rng.randint(-140, 120) for _ in range(5_000)]
-    expect_round_to_bf16(round_to_bf16, xs)
+def round_cases_hidden(round_to_format) -> None:
+    """FP16, BF16, an IEEE-style E4M3 (largest 240) and a 6-bit E3M2 (the public cases did E5M2 and TF32), other
+    random values."""
+    expect_round(round_to_format, [(round_cases(seed, 1500, *ROUND_FORMATS[name]), *ROUND_FORMATS[name])
+                                   for seed, name in enumerate(("fp16", "bf16", "e4m3_ieee", "e3m2_ieee"), start=11)])
 
 
 def kept_update_cases(smallest_kept_update) -> None:
@@ -44,21 +44,27 @@ def kept_update_cases(smallest_kept_update) -> None:
 
 
 def zero_fraction_cases(prediction, reasoning, fp8_zero_fraction) -> None:
-    """Other spreads and seeds, E5M2, tiny and huge magnitudes, tensors holding exact zeros."""
+    """The measuring function on other spreads and seeds, E5M2, tiny and huge magnitudes, tensors holding exact
+    zeros, and a Gaussian weight (the prediction itself is graded by the public check, on a layer no one samples)."""
     expect_zero_fraction(fp8_zero_fraction, [(log_uniform(40_000, 30, 7), "e5m2"),
                                              (log_uniform(40_000, 40, 8, scale=1e-9), "e4m3"),
                                              (log_uniform(10_000, 20, 9, zeros=3000, scale=1e5), "e4m3"),
-                                             (log_uniform(10_000, 8, 10), "e5m2")])
+                                             (log_uniform(10_000, 8, 10), "e5m2"),
+                                             (torch.randn(200, 300, generator=torch.Generator().manual_seed(4)) * 0.02,
+                                              "e4m3")])
 
 
-def quantize_cases(quantize_fp8, dequantize_fp8) -> None:
-    """Tiny and huge magnitudes, a negative amax in E5M2, a 2-D tensor, one value."""
+def block_quantize_cases(quantize_blocks, dequantize_blocks) -> None:
+    """A 1-D tensor with a short last block, block 128 on a wide 2-D weight, an all-zero tensor, rows of tiny and
+    huge magnitudes in E5M2, a negative amax in every block, and other seeds."""
     gen = torch.Generator().manual_seed(21)
-    neg = torch.randn(300, generator=gen)
-    neg[0] = -1e3
-    expect_quantize(quantize_fp8, dequantize_fp8, [(torch.randn(64, 32, generator=gen) * 1e-7, "e4m3"),
-                                                   (neg, "e5m2"), (torch.tensor([math.pi]), "e4m3"),
-                                                   (torch.randn(500, generator=gen) * 3e5, "e4m3")])
+    wide = torch.randn(6, 300, generator=gen) * (10.0 ** torch.arange(-3, 3)).unsqueeze(1)
+    negative = -torch.rand(4, 64, generator=gen) * 5
+    expect_block_quantize(quantize_blocks, dequantize_blocks,
+                          [(torch.randn(70, generator=gen), "e4m3", 32), (wide, "e4m3", 128),
+                           (torch.zeros(3, 40), "e4m3", 16), (wide * 1e3, "e5m2", 64), (negative, "e4m3", 16),
+                           (torch.randn(2, 5, 33, generator=gen) * 1e-6, "e5m2", 8),
+                           (torch.tensor([[math.pi, 0.0, -1e-3]]), "e4m3", 2)])
 
 
 def mx_element_cases(decode_mx_element) -> None:
@@ -68,9 +74,9 @@ def mx_element_cases(decode_mx_element) -> None:
 
 HIDDEN = {
     "2.1": decode_cases,
-    "2.2": bf16_cases,
+    "2.2": round_cases_hidden,
     "2.3": kept_update_cases,
     "2.4": zero_fraction_cases,
-    "2.5": quantize_cases,
+    "2.5": block_quantize_cases,
     "2.6": mx_element_cases,
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from utils.checks.ch03 import (
+    binade_counts,
     expect_flushed,
     expect_format_plans,
     expect_loop,
@@ -19,7 +20,8 @@ from utils.checks.ch03 import (
 
 
 def flushed_cases(prediction, reasoning, fraction_flushed) -> None:
-    """Other distributions and scales, a 2-D tensor, and values at exactly half the smallest subnormal (ties)."""
+    """The measuring function on other distributions and scales, a 2-D tensor, and values at exactly half the
+    smallest subnormal (ties); the prediction itself is graded by the public check (an 8-billion-gradient case)."""
     ties = torch.full((100,), 2.0**-25) * torch.tensor([1.0, -1.0]).repeat(50)
     expect_flushed(fraction_flushed, [(log_normal_grads(30_000, -24, 5, 11), 1.0),
                                       (log_normal_grads(30_000, -30, 2, 12).reshape(300, 100), 2.0**12),
@@ -33,17 +35,25 @@ def scaler_cases(scaler_class) -> None:
 
 
 def window_cases(scale_window) -> None:
-    """A spread wider than FP16's range (no window), large gradients (a window starting at 0), a strict tolerance."""
-    expect_window(scale_window, [(log_normal_grads(20_000, -25, 9, 21), 1e-4),
-                                 (log_normal_grads(20_000, 0, 1, 22), 1e-2),
-                                 (log_normal_grads(20_000, -18, 2, 23), 0.0),
-                                 (log_normal_grads(20_000, -30, 4, 24), 0.05)])
+    """Other models and censuses: a ViT-like model whose layers agree (a wide window), a model with an empty layer
+    and a spread no FP16 scale covers (None), a census starting at another binade, a strict and a loose tolerance."""
+    vit = {"patch_embed": (590_592, -20.0, 2.0), "qkv": (1_769_472, -22.0, 2.0), "mlp": (4_718_592, -21.0, 2.0),
+           "head": (768_000, -18.0, 2.0)}
+    moe = {"router": (32_768, -12.0, 2.0), "expert_0": (176_160_768, -30.0, 4.0), "expert_7": (176_160_768, -34.0, 4.0),
+           "shared": (58_720_256, -26.0, 3.0)}
+    split = {"norm": (4096, -6.0, 1.0), "embed": (525_336_576, -44.0, 3.0)}
+    empty = binade_counts(vit, -50, 60)
+    empty = torch.cat([empty, torch.zeros(1, 60, dtype=torch.int64)])
+    expect_window(scale_window, [(binade_counts(vit, -50, 60), -50, 1e-4), (binade_counts(moe, -70, 80), -70, 0.01),
+                                 (binade_counts(moe, -70, 80), -70, 0.05), (binade_counts(split, -70, 80), -70, 1e-3),
+                                 (empty, -50, 0.0)])
 
 
 def loop_cases(train_loop) -> None:
-    """Overflows at the end, every other step, none at all, and a LambdaLR schedule."""
-    expect_loop(train_loop, [({9}, "lambda", 2), ({0, 2, 4, 6}, "step", 3), (set(), "lambda", 4),
-                             ({0, 1, 2}, "lambda", 5)])
+    """Overflows at the end, in every group, none at all with a loose max_norm (only the mean over micro-batches
+    changes the weights), no accumulation, and a LambdaLR schedule."""
+    expect_loop(train_loop, [({11}, "lambda", 2, 3, 1.0), ({0, 4, 8}, "step", 3, 4, 0.3), (set(), "step", 4, 2, 50.0),
+                             ({0, 1, 2}, "lambda", 5, 1, 1.0), ({5}, "step", 6, 6, 5.0)])
 
 
 def format_plan_cases(format_plan) -> None:
