@@ -126,6 +126,8 @@ def test_classic_mistakes_fail():
         assert ch07.check_kept_graph(truth, words, wrong).status == "failed", wrong.__name__
     assert ch07.check_kept_graph(truth * 1.008, words, count).status == "passed"  # within 1%
     assert ch07.check_kept_graph(truth, "too short", count).status == "failed"
+    assert ch07.check_kept_graph(truth, words, None).status != "passed"  # a right number alone earns nothing
+    assert ch07.check_kept_graph(None, words, count).status != "passed"
     assert ch07.check_kept_graph(truth, words, lambda cfg, s: truth).status == "failed"  # the tiny public case
 
     tiny = ch07.reference_kept_loss_bytes(ch07.TINY, 10)

@@ -55,6 +55,7 @@ def test_answers_tuned_to_public_cases_fail_hidden_ones(monkeypatch):
         return rows
 
     assert check_delayed_scaling(run).status == "passed"
+    assert check_delayed_scaling(None).status != "passed"
     hidden["8.1"](run)
     assert check_delayed_scaling(lambda *a: run(*a, window=False)).status == "failed"  # never recovers
     assert check_delayed_scaling(lambda *a: run(*a, own_amax=True)).status == "failed"  # that is current scaling
