@@ -11,7 +11,13 @@ import pytest
 import torch
 from lab_helpers import hidden_cases, solution_namespace
 
-from utils.checks.ch08 import E4M3, check_delayed_scaling, reference_mx_dequantize, reference_scale_and_clipped
+from utils.checks.ch08 import (
+    E4M3,
+    check_delayed_scaling,
+    check_roundtrip,
+    reference_mx_dequantize,
+    reference_scale_and_clipped,
+)
 from utils.checks.core import CheckFailed
 from utils.sizes import TIERS, tier_budget
 
@@ -79,6 +85,22 @@ def test_answers_tuned_to_public_cases_fail_hidden_ones(monkeypatch):
 
     with pytest.raises(CheckFailed):
         hidden["8.3"](no_zero_guard)
+
+    def rowwise(t, fmt, *, dim=-1, zero_rows=True, whole_zero=True):  # the fix, with one switch per mistake
+        fmax = torch.finfo(fmt).max
+        if whole_zero and t.abs().max() == 0:
+            return torch.zeros_like(t)
+        amax = t.abs().amax(dim, keepdim=True)
+        scale = torch.where(amax > 0, fmax / amax, torch.ones_like(amax)) if zero_rows else fmax / amax
+        return (t * scale).clamp(-fmax, fmax).to(fmt).float() / scale
+
+    assert check_roundtrip(rowwise).status == "passed"
+    hidden["8.3"](rowwise)
+    assert check_roundtrip(lambda t, f: rowwise(t, f, dim=0)).status == "failed"  # a scale per column
+    assert check_roundtrip(no_zero_guard).status == "failed"  # per-tensor: the small rows lose their digits
+    assert check_roundtrip(lambda t, f: rowwise(t, f, zero_rows=False)).status == "passed"  # no zero row in public
+    with pytest.raises(CheckFailed):
+        hidden["8.3"](lambda t, f: rowwise(t, f, zero_rows=False))
 
 
 def _chapter_namespace() -> dict:

@@ -39,13 +39,20 @@ def mx_cases(prediction, reasoning, mx_quantize) -> None:
 
 
 def roundtrip_cases(fp8_roundtrip) -> None:
-    """E5M2, an all-negative tensor, zeros, a tensor whose largest magnitude is negative."""
+    """E5M2 gradients, a square matrix (where a per-column amax broadcasts without an error), a
+    row of zeros among others, an all-negative matrix, 3-D activations with a negative outlier in one row."""
     g = torch.Generator().manual_seed(11)
-    expect_roundtrips(fp8_roundtrip, [("an E5M2 gradient", torch.randn(100, generator=g) * 1e-3, E5M2),
-                                      ("an all-negative tensor", -torch.rand(50, generator=g) - 1.0, E4M3),
-                                      ("zeros", torch.zeros(16), E4M3),
-                                      ("a negative outlier", torch.cat([torch.randn(30, generator=g),
-                                                                        torch.tensor([-500.0])]), E5M2)])
+    with_zero_row = torch.randn(16, 24, generator=g)
+    with_zero_row[5] = 0.0
+    acts = torch.randn(2, 8, 64, generator=g)
+    acts[1, 3, 7] = -500.0
+    expect_roundtrips(fp8_roundtrip, [("E5M2 gradients", torch.randn(40, 100, generator=g) * 1e-3, E5M2),
+                                      ("a square matrix", torch.randn(32, 32, generator=g) * torch.logspace(
+                                          -2, 2, 32).unsqueeze(1), E4M3),
+                                      ("a matrix with a row of zeros", with_zero_row, E4M3),
+                                      ("an all-negative matrix", -torch.rand(10, 50, generator=g) - 1.0, E4M3),
+                                      ("3-D activations with a negative outlier", acts, E5M2),
+                                      ("zeros", torch.zeros(4, 16), E4M3)])
 
 
 def plan_cases(choose_fp8_recipe) -> None:
