@@ -14,9 +14,6 @@ import torch
 
 from utils.checks.core import CheckFailed, Verdict, answered, guarded, own_work, run_check
 
-F16_MAX = torch.finfo(torch.float16).max
-
-
 # 3.1 -------------------------------------------------------------------------------------------------------------
 # The prediction: Llama-3-8B's 8,030,261,248 gradients, log2|g| ~ Normal(-28, 4), stored in FP16 after scaling
 LLAMA8B_PARAMS, PREDICT_MEAN, PREDICT_SD = 8_030_261_248, -28.0, 4.0
