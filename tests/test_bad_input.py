@@ -322,6 +322,8 @@ def _entries() -> dict[str, Entry]:
         "utils.book.build": Entry(book.build, lambda: {}, {"out": "path"}, run_valid=False),
         "utils.grade.clear_previous": Entry(grade.clear_previous, lambda: {"csv_dir": "no-such-grades-folder"},
                                             {"csv_dir": "path"}),
+        "utils.grade.for_instructor": Entry(grade.for_instructor, lambda: {"reason": "r"},
+                                            {"reason": st.one_of(st.none(), st.integers())}),
         "utils.grade.collect": Entry(grade.collect, lambda: {"paths": [Path(__file__).parent.parent / "labs"]},
                                      {"paths": st.one_of(st.none(), st.integers(), st.just([3]))}),
         "utils.widgets.log2_slider": Entry(widgets.log2_slider, lambda: {"value": 4, "low": 1, "high": 5},

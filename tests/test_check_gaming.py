@@ -40,24 +40,31 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("check_format_bytes", "library"): "torch has no byte formatter",
     ("check_new_storage_bytes", "wrapped reference"): "the expected values are literals",
     ("check_new_storage_bytes", "library"): "torch has no allocation counter on the CPU",
-    ("check_needs_scaler", "wrapped reference"): "the reference is one line (autocast's default dtype is FP16)",
-    ("check_needs_scaler", "library"): "the point: torch.get_autocast_dtype is what the exercise asks to read",
     ("check_checkpoint_every", "wrapped reference"): "the reference is the plain model; the check counts bytes",
     ("check_checkpoint_every", "library"): "the point: the exercise asks for torch.utils.checkpoint",
     ("check_fixed_checkpoint", "wrapped reference"): "the reference is the un-checkpointed block",
-    ("check_token_normalised", "wrapped reference"): "the reference is one big-batch backward, not a function",
+    ("check_vit_checkpoint", "library"): "the point: the fix is torch.utils.checkpoint with the right arguments",
     ("check_weighted_accumulation", "wrapped reference"): "the reference is one big-batch backward, not a function",
     ("check_weighted_accumulation", "library"): "torch has no accumulation helper",
-    ("check_token_normalised", "library"): "torch has no accumulation helper",
+    ("check_token_normalised", "library"): "the point: the fix passes num_items_in_batch to transformers' own loss",
     ("check_loop", "library"): "the point: the exercise's loop uses torch.amp.GradScaler and a scheduler",
     ("check_clipped_step", "library"): "the point: the exercise's step uses torch.amp.GradScaler",
-    ("check_amp_accumulation", "library"): "the point: the exercise's step uses torch.amp.GradScaler",
-    ("check_guard", "wrapped reference"): "the check's step is planted; there is no reference guard to call",
+    ("check_moe_accumulation", "library"): "the point: the exercise's step uses torch.amp.GradScaler",
+    ("check_adam_prediction", "library"): "the count is a closed form (a normal CDF); no library computes it",
+    ("check_finetune", "library"): "torch has no fine-tuning loop that frees the logits; transformers' Trainer "
+                                   "would not run the check's model, optimizer and batches",
     ("check_lora_prediction", "library"): "the point: the exercise measures its count with peft's adapters",
     ("check_features_fixed", "library"): "torch has no feature-collecting training loop",
     ("check_leak_fixed", "library"): "torch has no leak-free training loop",
     ("check_no_leak", "library"): "torch has no leak-free training loop",
 }
+
+
+def _dtypes_by_running(autocast_dtype: torch.dtype, input_dtype: torch.dtype) -> dict:
+    model = ch04.RetrievalScorer(16)
+    with torch.autocast("cpu", dtype=autocast_dtype):
+        out = model(torch.randn(6, 16, dtype=input_dtype), torch.randn(6, 16, dtype=input_dtype))
+    return {name: t.dtype for name, t in out.items()}
 
 
 def _adam_bytes_by_running(model: nn.Module) -> int:
@@ -171,10 +178,20 @@ def _micro_plan_by_estimator(cfg: Any, batch: int, budget: int) -> int | None:
     return ch06.fewest_micro_batches(cfg, batch, budget)
 
 
-def _kept_by_library(loss: torch.Tensor) -> int:
-    from utils.profiling import graph_held_bytes
+def _kept_by_library(cfg: dict, seq_len: int) -> int:
+    """The kept graph measured instead of counted: LlamaStyle built on the meta device, its graph walked."""
+    return ch07.meta_kept_loss_bytes(cfg, seq_len)
 
-    return graph_held_bytes([loss])
+
+def _delayed_by_chapter_steps(tensors, fmt, margin, history_len, algo) -> list:
+    """The chapter's one-step DelayedScaling (the check module's copy) applied step after step."""
+    history: list[float] = []
+    rows = []
+    for t in tensors:
+        scale, clipped = ch08.reference_scale_and_clipped(history[-history_len:], t, fmt, margin, algo)
+        rows.append((scale, clipped, 0))
+        history.append(t.abs().max().item())
+    return rows
 
 
 def _block_formula_by_estimator(batch, seq_len, d_model, n_head, attention, precision) -> int:
@@ -187,42 +204,45 @@ def _block_formula_by_estimator(batch, seq_len, d_model, n_head, attention, prec
     return total(2) - total(1)
 
 
-def _zero_by_library(n: int, stage: int, gpus: int) -> float:
-    """utils.plan's ZeRO ledger (torch.amp accounting: Adam's 8 B/param), corrected to the lab's 8-bit optimizer."""
+def _zero_by_library(n: int, stage: int, gpus: int, optimizer: str) -> float:
+    """utils.plan's ZeRO ledger (the paper's 2 + 2 + 12), corrected to the lab's FP32 gradients and its optimizer."""
     from utils.plan import zero_bytes_per_gpu
 
-    moments = 8 - 2 * (1 + 4 / 256)
-    return zero_bytes_per_gpu(n, stage, gpus, accounting="torch.amp") - moments * n / (gpus if stage >= 1 else 1)
+    smaller_moments = 8 - ch09.MOMENT_BYTES[optimizer]
+    return (zero_bytes_per_gpu(n, stage, gpus, accounting="zero-paper") + 2 * n / (gpus if stage >= 2 else 1)
+            - smaller_moments * n / (gpus if stage >= 1 else 1))
 
 
-def _ratio_by_reference(k: int, scale: float, eps: float, steps: int) -> float:
-    return ch06.displacement_ratio_truth(k, scale, eps, steps)
+def _big_batch_in_one_forward(model: nn.Module, micro_batches: list) -> None:
+    """Lab 6.1's reference (one backward of the whole batch's loss), reached by concatenating the micro-batches."""
+    model(**{key: torch.cat([b[key] for b in micro_batches]) for key in micro_batches[0]}).loss.backward()
+
+
+def _changed_by_reference(n: float, k: int, eps: float, mu: float, sigma: float, change: float) -> float:
+    return ch06.params_changed_truth(n, k, eps, mu, sigma, change)
 
 
 # check name -> (args for the "wrapped reference" submission, args for the "library" submission); a None entry is
 # in ALLOWED. A prediction exercise gets the true prediction and a long reasoning, so its measurement is what is
 # tested.
 def _submissions() -> dict[str, tuple[Any, Any]]:
-    from utils.formats import decode, encode
+    from utils.formats import decode
     from utils.measure import saved_activation_bytes
 
     to16 = lambda code: torch.tensor(code, dtype=torch.int32).to(torch.int16).view(torch.float16).item()  # noqa: E731
     pred = {
         "check_block_prediction": ch01.block_truth(*ch01.PREDICT_BLOCK),
-        "check_zero_fraction": ch02.reference_zero_fraction(ch02.log_uniform(ch02.PREDICT_N, ch02.PREDICT_SPREAD, 0),
-                                                            "e4m3"),
-        "check_flushed": ch03.reference_flushed(ch03.log_normal_grads(*ch03.PREDICT_CASE[:3], 0),
-                                                ch03.PREDICT_CASE[3]),
-        "check_bytes_per_param": ch04.reference_bytes_per_param(*ch04.PREDICT_CASE),
-        "check_optimal_segments": ch05.best_segments(*ch05.PREDICT_CASE)[0],
-        "check_adam_prediction": ch06.displacement_ratio_truth(*ch06.PREDICT_CASE),
-        "check_kept_graph": ch07.graph_held_bytes([ch07.kept_loss(*ch07.PREDICT_CASE)[0]]),
+        "check_zero_fraction": ch02.reference_flushed_model(ch02.LLAMA8B_LINEAR_WEIGHTS, "e4m3"),
+        "check_flushed": ch03.reference_prediction(ch03.LLAMA8B_PARAMS, ch03.PREDICT_MEAN, ch03.PREDICT_SD),
+        "check_bytes_per_param": ch04.backward_peak_truth(),
+        "check_optimal_segments": ch05.predicted_segments_truth(),
+        "check_adam_prediction": ch06.params_changed_truth(*ch06.PREDICT_CASE),
+        "check_kept_graph": ch07.reference_kept_loss_bytes(ch07.LLAMA8B, ch07.PREDICT_SEQ),
         "check_mx_bytes": 7_197_425_664,
         "check_lora_prediction": ch09.llama_lora_truth(**ch09.LLAMA8B_LORA),
         "check_new_storage_bytes": 512 * 256 * 2,
     }
     p = {k: (v, WORDS) for k, v in pred.items()}
-    fp8 = ch02.reference_quantize
     return {
         "check_tensor_bytes": (None, None),
         "check_unique_parameter_bytes": (None, None),
@@ -241,23 +261,23 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
         "check_no_leak": ((lambda model, train, val, steps: ch01.reference_losses(model.cfg, steps, 0),), None),
         "check_largest_batch": ((_largest_batch_by_measuring,), (_largest_batch_by_measuring,)),
         "check_decode_fp16": ((lambda c: decode(c, "fp16"),), (to16,)),
-        "check_round_to_bf16": ((lambda x: decode(encode(x, "bf16"), "bf16"),),
-                                (lambda x: torch.tensor(x).to(torch.bfloat16).item(),)),
+        "check_round_to_format": ((lambda x, e, m: ch02.reference_round(x, e, m),), (_round_by_torch_cast,)),
         "check_mx_element": ((lambda c, e, m: ch02.reference_mx_element(c, e, m),), (_mx_element_by_torchao,)),
         "check_smallest_kept_update": ((lambda w, f: ch02._reference_kept_update(w, f),),
                                        (lambda w, f: ch02._reference_kept_update(w, f),)),
         "check_zero_fraction": ((*p["check_zero_fraction"], lambda t, f: ch02.reference_zero_fraction(t, f)),
                                 (*p["check_zero_fraction"], lambda t, f: ch02.reference_zero_fraction(t, f))),
-        "check_quantize": ((lambda t, f: fp8(t, f), lambda q, s: q.float() / s), (_torchao_quantize,
-                                                                                  lambda q, s: q.float() / s)),
+        "check_block_quantize": ((lambda t, f, b: ch02.reference_quantize_blocks(t, f, b), _dequantize_blocks),
+                                 (_torchao_quantize_blocks, _dequantize_blocks)),
         "check_flushed": ((*p["check_flushed"], lambda v, s: ch03.reference_flushed(v, s)),
                           (*p["check_flushed"], lambda v, s: ch03.reference_flushed(v, s))),
         "check_scaler": ((_GradScalerAdapter,), (torch.amp.GradScaler,)),
-        "check_window": ((lambda g, m: ch03.reference_window(g, m),), (lambda g, m: ch03.reference_window(g, m),)),
+        "check_window": ((lambda c, lo, m: ch03.reference_window(c, lo, m),),
+                         (lambda c, lo, m: ch03.reference_window(c, lo, m),)),
         "check_format_plan": ((lambda g, m, f: ch03.reference_format_plan(g, m, f),),
                               (lambda g, m, f: ch03.reference_format_plan(g, m, f),)),
         "check_loop": ((lambda *a: ch03._reference_loop(*a),), None),
-        "check_needs_scaler": (None, None),
+        "check_autocast_dtypes": ((lambda a, i: ch04.scorer_dtypes_truth(a, i),), (_dtypes_by_running,)),
         "check_bytes_per_param": ((*p["check_bytes_per_param"], lambda *c: ch04.reference_bytes_per_param(*c)),
                                   (*p["check_bytes_per_param"], lambda *c: ch04.reference_bytes_per_param(*c))),
         "check_clipped_step": ((lambda *a: ch04.reference_clipped_step(*a),), None),
@@ -272,27 +292,29 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
                          (_swiglu_by_measuring, lambda *a: ch05.cheapest_mode_truth(*a))),
         "check_fixed_checkpoint": (None, (lambda block, x: torch.utils.checkpoint.checkpoint(
             block, x, use_reentrant=False),)),
-        "check_token_normalised": (None, None),
-        "check_adam_prediction": ((*p["check_adam_prediction"], _ratio_by_reference),
-                                  (*p["check_adam_prediction"], _ratio_by_reference)),
-        "check_amp_accumulation": ((lambda *a: ch06._amp_reference(*a),), None),
+        "check_vit_checkpoint": ((lambda vit, images: ch05.reference_vit_forward(vit, images),), None),
+        "check_token_normalised": ((_big_batch_in_one_forward,), None),
+        "check_adam_prediction": ((*p["check_adam_prediction"], _changed_by_reference), None),
+        "check_moe_accumulation": ((lambda *a: ch06._moe_reference(*a),), None),
         "check_weighted_accumulation": (None, None),
         "check_micro_plan": ((_micro_plan_by_estimator,), (_micro_plan_by_estimator,)),
         "check_read_summary": ((lambda s: ch07.summary_truth(s),), (lambda s: ch07.summary_truth(s),)),
-        "check_kept_graph": ((*p["check_kept_graph"], _kept_by_library), (*p["check_kept_graph"], _kept_by_library)),
+        "check_kept_graph": ((*p["check_kept_graph"], lambda c, s: ch07.reference_kept_loss_bytes(c, s)),
+                             (*p["check_kept_graph"], _kept_by_library)),
         "check_leak_fixed": ((lambda m, o, b: ch07.reference_train_and_log(m, o, b),), None),
         "check_features_fixed": ((lambda m, o, b: ch07.reference_train_with_features(m, o, b),), None),
         "check_oom_safe_search": ((_oom_search_by_library,), (_oom_search_by_library,)),
-        "check_scale_and_clipped": ((lambda *a: ch08.reference_scale_and_clipped(*a),),
-                                    (lambda *a: ch08.reference_scale_and_clipped(*a),)),
+        "check_delayed_scaling": ((lambda *a: ch08.reference_delayed_run(*a),), (_delayed_by_chapter_steps,)),
         "check_mx_bytes": ((*p["check_mx_bytes"], _mx_by_reference), (*p["check_mx_bytes"], _mx_by_reference)),
         "check_roundtrip": ((lambda t, f: ch08.reference_roundtrip(t, f),), (_torchao_roundtrip,)),
         "check_fp8_plan": ((lambda c, v: ch08.reference_fp8_plan(c, v),),
                            (lambda c, v: ch08.reference_fp8_plan(c, v),)),
         "check_model_states": ((lambda *a: ch09.states_per_gpu(*a),), (_zero_by_library,)),
         "check_lora_prediction": ((*p["check_lora_prediction"], lambda c, r: ch09.lora_attention_count(c, r)), None),
-        "check_guard": (None, (_guard_by_library,)),
+        "check_finetune": ((lambda m, o, t, e: ch09.reference_finetune(m, o, t, e),), None),
         "check_plan": ((_plan_by_planner,), (_plan_by_planner,)),
+        "check_chunked_loss": ((lambda h, w, t, c: torch.nn.functional.cross_entropy(h @ w.t(), t, ignore_index=-100),),
+                               (_chunked_loss_by_library,)),
     }
 
 
@@ -305,21 +327,38 @@ def _adam_opt(model: nn.Module) -> torch.optim.Optimizer:
     return opt
 
 
-def _torchao_quantize(t: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _torchao_quantize_blocks(t: torch.Tensor, fmt: str, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-block scales, the cast by torchao's saturating FP8 cast."""
     from torchao.float8.float8_utils import to_fp8_saturated
 
     dtype = ch02.FP8[fmt]
-    scale = torch.finfo(dtype).max / t.abs().max().float().clamp_min(1e-12)
-    return to_fp8_saturated(t.float() * scale, dtype), scale
+    k = t.shape[-1]
+    nb = -(-k // block)
+    blocks = torch.nn.functional.pad(t.float(), (0, nb * block - k)).reshape(*t.shape[:-1], nb, block)
+    amax = blocks.abs().amax(dim=-1)
+    scales = torch.where(amax > 0, torch.finfo(dtype).max / amax, torch.ones_like(amax))
+    q = to_fp8_saturated(blocks * scales.unsqueeze(-1), dtype)
+    return q.reshape(*t.shape[:-1], nb * block)[..., :k], scales
+
+
+def _dequantize_blocks(q: torch.Tensor, scales: torch.Tensor, block: int) -> torch.Tensor:
+    return q.float() / scales.repeat_interleave(block, dim=-1)[..., : q.shape[-1]]
+
+
+def _round_by_torch_cast(x: float, exp_bits: int, man_bits: int) -> float:
+    """torch's own rounding: a clamp and a cast to the torch dtype of that format (E5M2, FP16, BF16)."""
+    dtype = {(5, 2): torch.float8_e5m2, (5, 10): torch.float16, (8, 7): torch.bfloat16}.get((exp_bits, man_bits),
+                                                                                          torch.float32)
+    fmax = torch.finfo(dtype).max
+    return torch.tensor(x).clamp(-fmax, fmax).to(dtype).item()
 
 
 def _torchao_roundtrip(t: torch.Tensor, fmt: torch.dtype) -> torch.Tensor:
+    """Lab 8.3's rowwise round trip with torchao's saturated FP8 cast."""
     from torchao.float8.float8_utils import to_fp8_saturated
 
-    amax = t.abs().max()
-    if amax == 0:
-        return torch.zeros_like(t)
-    scale = torch.finfo(fmt).max / amax
+    amax = t.abs().amax(-1, keepdim=True)
+    scale = torch.where(amax > 0, torch.finfo(fmt).max / amax, torch.ones_like(amax))
     return to_fp8_saturated(t * scale, fmt).float() / scale
 
 
@@ -339,14 +378,11 @@ def _schedule_by_reference(depth: int, block_bytes: int, input_bytes: int, budge
     return None
 
 
-def _guard_by_library(step: Callable, optimizer: Any, set_fraction: Callable, fraction: float) -> bool:
-    from utils.oom import run_step_oom_safe
+def _chunked_loss_by_library(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                             chunk: int) -> torch.Tensor:
+    from utils.chunked_loss import chunked_cross_entropy
 
-    set_fraction(fraction)
-    try:
-        return run_step_oom_safe(step, optimizer).ok
-    finally:
-        set_fraction(1.0)
+    return chunked_cross_entropy(hidden, weight, targets, chunk)
 
 
 def _all_checks() -> list[tuple[str, Callable]]:

@@ -3,32 +3,31 @@
 from __future__ import annotations
 
 import pytest
-import torch.nn.functional as F
 
 from utils.checks.ch06 import check_token_normalised
 
 
-def _loss(model, x, y, reduction="mean"):
-    logits = model(x)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=-100, reduction=reduction)
+def _loss(model, batch, num_items=None):
+    """A Hugging Face causal LM's loss: the micro-batch's mean, or its sum over num_items targets."""
+    return model(**batch, num_items_in_batch=num_items).loss if num_items else model(**batch).loss
 
 
 def both_bugs(model, micro_batches) -> None:
-    for x, y in micro_batches:
+    for batch in micro_batches:
         model.zero_grad()
-        (_loss(model, x, y) / len(micro_batches)).backward()
+        (_loss(model, batch) / len(micro_batches)).backward()
 
 
 def clearing_fixed(model, micro_batches) -> None:
-    for x, y in micro_batches:
-        (_loss(model, x, y) / len(micro_batches)).backward()
+    for batch in micro_batches:
+        (_loss(model, batch) / len(micro_batches)).backward()
 
 
 def normalisation_fixed(model, micro_batches) -> None:
-    total = sum(int((y != -100).sum()) for _, y in micro_batches)
-    for x, y in micro_batches:
+    total = sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro_batches)
+    for batch in micro_batches:
         model.zero_grad()
-        (_loss(model, x, y, "sum") / total).backward()
+        _loss(model, batch, total).backward()
 
 
 @pytest.mark.parametrize(("answer", "names"), [(both_bugs, "cleared inside the loop"),
