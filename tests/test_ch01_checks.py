@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ARGS = {"1.1": ("adam_state_bytes",), "1.2": ("count_saved_bytes",),
         "1.3": ("prediction", "reasoning", "measure_block"), "1.4": ("block_saved_bytes",),
         "1.5": ("train_with_validation",), "1.6": ("largest_batch",),
-        "1.7": ("llama_plan",)}
+        "1.7": ("llama_plan",), "1.8": ("lora_block_saved_bytes",)}
 CHECKS = {"1.1": ch01.check_adam_state_bytes, "1.2": ch01.check_saved_bytes, "1.3": ch01.check_block_prediction,
           "1.4": ch01.check_block_formula, "1.5": ch01.check_no_leak, "1.6": ch01.check_largest_batch,
-          "1.7": ch01.check_llama_plan}
+          "1.7": ch01.check_llama_plan, "1.8": ch01.check_lora_block}
 
 
 def hidden() -> dict:
@@ -47,7 +47,7 @@ def test_every_exercise_has_a_public_check_and_hidden_cases():
     assert set(hidden()) == set(CHECKS) == set(ARGS)
 
 
-@pytest.mark.parametrize("exercise", ["1.1", "1.2", "1.3", "1.4", "1.5"])
+@pytest.mark.parametrize("exercise", ["1.1", "1.2", "1.3", "1.4", "1.5", "1.8"])
 def test_solution_passes_public_and_hidden(solution, exercise, monkeypatch):
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     args = [solution[a] for a in ARGS[exercise]]
@@ -133,3 +133,34 @@ def test_llama_plan_that_ignores_tying_fails_hidden(monkeypatch):
         hidden()["1.7"](untied_always)
     mha = lambda cfg: untied_always({**cfg, "n_kv_head": cfg["n_head"]})  # noqa: E731 (k and v as wide as q)
     assert CHECKS["1.7"](mha).status == "failed"
+
+
+def test_the_predicted_block_is_the_formula_which_equals_the_measurement_where_it_runs():
+    """1.3 is graded on a block no laptop holds (16 GiB saved); its truth is the formula, equal to the measured
+    bytes at every shape that runs."""
+    for shape in [*ch01.MEASURE_SHAPES, (3, 33, 40, 5), (1, 1, 8, 2)]:
+        assert ch01.block_truth(*shape) == ch01.block_formula_truth(*shape, "sdpa", "fp32"), shape
+    assert ch01.block_prediction_truth() > 15 * 2**30
+
+
+def test_lora_formula_equals_the_measurement_and_plausible_mistakes_fail(solution, monkeypatch):
+    """1.8: the reference formula is the measurement wherever it runs; the beliefs the exercise names fail."""
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    for case in [(6, 48, 96, 4, 8), (2, 16, 32, 2, 4), (3, 33, 40, 5, 3), (1, 1, 8, 2, 1), (2, 20, 120, 6, 16)]:
+        assert ch01.lora_block_truth(*case) == ch01.lora_block_formula(*case), case
+    full = solution["block_saved_bytes"]
+    mistakes = {
+        "as if fully trained": lambda b, t, d, h, r: full(b, t, d, h, "sdpa", "fp32"),
+        "like the trainable parameters": lambda b, t, d, h, r: full(b, t, d, h, "sdpa", "fp32") * 2 * r // (12 * d),
+        "frozen fc1/fc2 still save inputs": lambda b, t, d, h, r: solution["lora_block_saved_bytes"](b, t, d, h, r)
+        + 4 * 5 * b * t * d,
+        "ln1's output dropped": lambda b, t, d, h, r: solution["lora_block_saved_bytes"](b, t, d, h, r) - 4 * b * t * d,
+    }
+    for name, wrong in mistakes.items():
+        assert ch01.check_lora_block(wrong).status == "failed", name
+    public = {(6, 48, 96, 4, 8), (2, 16, 32, 2, 4), (8, 8192, 4096, 32, 16)}
+    table = {case: solution["lora_block_saved_bytes"](*case) for case in public}
+    looked_up = lambda *case: table.get(case, 0)  # noqa: E731
+    assert ch01.check_lora_block(looked_up).status == "passed"
+    with pytest.raises(CheckFailed):
+        hidden()["1.8"](looked_up)

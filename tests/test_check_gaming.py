@@ -194,6 +194,14 @@ def _delayed_by_chapter_steps(tensors, fmt, margin, history_len, algo) -> list:
     return rows
 
 
+def _lora_block_by_measuring(batch, seq_len, d_model, n_head, rank) -> int:
+    """The course's own measurement of the course's LoRA block (big shapes would not run; the guard stops it)."""
+    from utils.measure import saved_activation_bytes
+
+    block = ch01.lora_block(d_model, n_head, seq_len, rank)
+    return saved_activation_bytes(block, torch.randn(batch, seq_len, d_model, requires_grad=True))
+
+
 def _block_formula_by_estimator(batch, seq_len, d_model, n_head, attention, precision) -> int:
     from utils.estimate import TransformerShape, transformer_activation_bytes
 
@@ -231,7 +239,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
 
     to16 = lambda code: torch.tensor(code, dtype=torch.int32).to(torch.int16).view(torch.float16).item()  # noqa: E731
     pred = {
-        "check_block_prediction": ch01.block_truth(*ch01.PREDICT_BLOCK),
+        "check_block_prediction": ch01.block_prediction_truth(),
         "check_zero_fraction": ch02.reference_flushed_model(ch02.LLAMA8B_LINEAR_WEIGHTS, "e4m3"),
         "check_flushed": ch03.reference_prediction(ch03.LLAMA8B_PARAMS, ch03.PREDICT_MEAN, ch03.PREDICT_SD),
         "check_bytes_per_param": ch04.backward_peak_truth(),
@@ -258,6 +266,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
                                        torch.randn(b, t, d, requires_grad=True)))),
         "check_block_formula": ((lambda *c: ch01.block_formula_truth(*c),), (_block_formula_by_estimator,)),
         "check_llama_plan": ((lambda cfg: ch01.llama_plan_truth(cfg),), (_llama_plan_by_transformers,)),
+        "check_lora_block": ((lambda *c: ch01.lora_block_formula(*c),), (_lora_block_by_measuring,)),
         "check_no_leak": ((lambda model, train, val, steps: ch01.reference_losses(model.cfg, steps, 0),), None),
         "check_largest_batch": ((_largest_batch_by_measuring,), (_largest_batch_by_measuring,)),
         "check_decode_fp16": ((lambda c: decode(c, "fp16"),), (to16,)),

@@ -16,6 +16,7 @@ from utils.checks.ch01 import (
     expect_block_measurements,
     expect_largest_batch,
     expect_llama_plans,
+    expect_lora_block,
     expect_no_leak,
     expect_saved_bytes,
 )
@@ -89,6 +90,12 @@ def llama_plan_cases(llama_plan) -> None:
     ])
 
 
+def lora_block_cases(lora_block_saved_bytes) -> None:
+    """Odd shapes, one token, rank 1, a wide block with a large rank; a 70B width at 8,192 tokens by formula."""
+    expect_lora_block(lora_block_saved_bytes, [(3, 33, 40, 5, 3), (1, 1, 8, 2, 1), (2, 20, 120, 6, 16)],
+                      big=[(2, 8192, 8192, 64, 64)])
+
+
 HIDDEN = {
     "1.1": adam_cases,
     "1.2": saved_cases,
@@ -97,4 +104,5 @@ HIDDEN = {
     "1.5": leak_cases,
     "1.6": largest_batch_cases,
     "1.7": llama_plan_cases,
+    "1.8": lora_block_cases,
 }
