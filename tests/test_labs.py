@@ -178,3 +178,16 @@ def test_the_course_has_forty_autograded_exercises_and_a_challenge_per_chapter_l
         if not path.stem.startswith("lab00") and (len(auto) < 4 or not any(e.by_hand for e in exercises)):
             short.append(f"{path.stem}: {len(auto)} autograded, {sum(e.by_hand for e in exercises)} challenge(s)")
     assert total >= 40 and not short, f"{total} autograded exercises; short: {short}"
+
+
+def test_every_chapter_lab_has_three_transfer_exercises():
+    """Issue 24: in each chapter lab 01-09 at least three autograded exercises carry the chapter's idea to something
+    it did not show (their `course.transfer` metadata says what), and the guide lists what each transfers to."""
+    short = []
+    for path in sorted((ROOT / "solutions").glob("lab0[1-9]_*.ipynb")):
+        transfer = [e for e in lab_exercises(read_notebook(path), path.stem) if e.transfer and not e.by_hand]
+        if len(transfer) < 3:
+            short.append(f"{path.stem}: {[e.id for e in transfer]}")
+    assert not short, short
+    guide = (ROOT / "docs" / "instructors.md").read_text(encoding="utf-8")
+    assert "| transfers to |" in guide and "LoRA fine-tuning" in guide

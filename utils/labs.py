@@ -97,6 +97,7 @@ class Exercise:
     rubric: tuple[tuple[str, float], ...]
     cell_index: int
     check: str | None  # the check cell's source (None for a challenge)
+    transfer: str = ""  # what the exercise carries the chapter's idea to, that the chapter did not show ("": none)
 
     @property
     def by_hand(self) -> bool:
@@ -192,7 +193,7 @@ def lab_exercises(nb: NotebookNode, name: str) -> list[Exercise]:
         exercises.append(Exercise(ex, points, kind, task, _text(where, "assesses", meta.get("assesses")),
                                   _number(where, "minutes", meta.get("minutes")), tuple(m.strip() for m in mistakes),
                                   _number(where, "memory_limit_mb", meta.get("memory_limit_mb")), tuple(rubric),
-                                  index, check))
+                                  index, check, _text(where, "transfer", meta.get("transfer"))))
     ids = [e.id for e in exercises]
     if len(set(ids)) != len(ids):
         raise LabError(f"{name}: exercise ids repeat: {ids}")
@@ -423,21 +424,22 @@ def guide_section(labs: dict[str, NotebookNode], hidden_dir: Path | None = None)
         auto = [e for e in exercises if not e.by_hand]
         hand = [e for e in exercises if e.by_hand]
         kinds = ", ".join(sorted({e.kind for e in exercises}))
-        summary.append(f"| [{name}](../labs/{name}.ipynb) | {len(auto)} | {sum(e.points for e in auto):g} | "
-                       f"{len(hand)} | {sum(e.points for e in hand):g} | "
+        summary.append(f"| [{name}](../labs/{name}.ipynb) | {len(auto)} | {sum(bool(e.transfer) for e in auto)} | "
+                       f"{sum(e.points for e in auto):g} | {len(hand)} | {sum(e.points for e in hand):g} | "
                        f"{sum(e.minutes or 0 for e in exercises):g} | {kinds} |")
         auto_count += len(auto)
         auto_points += sum(e.points for e in auto)
         hand_points += sum(e.points for e in hand)
         lines = [f"### {_title(lab, name)} (`labs/{name}.ipynb`)", "",
-                 "| exercise | kind | points | minutes | held-out cases | memory cap | what it assesses |",
-                 "|---|---|---|---|---|---|---|"]
+                 "| exercise | kind | points | minutes | held-out cases | memory cap | what it assesses "
+                 "| transfers to |",
+                 "|---|---|---|---|---|---|---|---|"]
         for e in exercises:
             held = "by hand" if e.by_hand else ("yes" if e.id in hidden else "no")
             cap = f"{e.memory_limit_mb:g} MiB" if e.memory_limit_mb else "-"
             minutes = f"{e.minutes:g}" if e.minutes else "-"
             lines.append(f"| {e.id} | {e.kind} | {e.points:g} | {minutes} | {held} | {cap} | "
-                         f"{_cell(e.assesses or e.task)} |")
+                         f"{_cell(e.assesses or e.task)} | {_cell(e.transfer) or '-'} |")
         for e in exercises:
             lines += ["", f"**{e.id}** ({e.kind}, {e.points:g} point{'' if e.points == 1 else 's'}). "
                           f"Task: {e.task}."]
@@ -449,8 +451,8 @@ def guide_section(labs: dict[str, NotebookNode], hidden_dir: Path | None = None)
     head = [GUIDE_BEGIN, "", "## The labs, exercise by exercise", "",
             f"{int(auto_count)} autograded exercises worth {auto_points:g} points, plus {hand_points:g} points of "
             "open challenges graded by hand.", "",
-            "| lab | autograded | points | challenges | points by hand | minutes | kinds |",
-            "|---|---|---|---|---|---|---|", *summary, ""]
+            "| lab | autograded | of them transfer | points | challenges | points by hand | minutes | kinds |",
+            "|---|---|---|---|---|---|---|---|", *summary, ""]
     return "\n".join(head) + "\n" + "\n\n".join(details) + "\n\n" + GUIDE_END
 
 
