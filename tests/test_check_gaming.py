@@ -32,8 +32,8 @@ WORDS = "a reasoning long enough to be read as two or three sentences about what
 # (check name, submission kind) -> why that submission is not tested.
 ALLOWED: dict[tuple[str, str], str] = {
     ("check_tensor_bytes", "wrapped reference"): "the reference is the formula numel x element_size itself",
-    ("check_tensor_bytes", "library"): "Tensor.nbytes is numel x element_size; the warm-up accepts it (utils/checks/"
-                                       "warmup.py is owned by the chapter 00-01 helper)",
+    ("check_tensor_bytes", "library"): "Tensor.nbytes is numel x element_size: the warm-up accepts it, its point is "
+                                       "knowing the formula",
     ("check_unique_parameter_bytes", "wrapped reference"): "the expected values are literals, no function to call",
     ("check_unique_parameter_bytes", "library"): "torch has no de-duplicating parameter counter",
     ("check_format_bytes", "wrapped reference"): "the expected strings are literals",

@@ -66,6 +66,7 @@ def _nbgrader() -> tuple[list[str], dict[str, str]]:
     if importlib.util.find_spec("nbgrader") is not None:
         return command, env
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NBGRADER_SITE), env.get("PYTHONPATH")]))
+    env["PATH"] = f"{NBGRADER_SITE / 'bin'}{os.pathsep}{env['PATH']}"  # nbgrader runs the `alembic` command
     works = [sys.executable, "-c", "import nbgrader.apps.nbgraderapp, nbgrader.api"]
     # First only what the course's environment lacks (a few seconds); if nbgrader still does not import, all of
     # its dependencies (about 30 s).
