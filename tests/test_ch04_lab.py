@@ -172,3 +172,25 @@ def test_lab04_training_states_without_step_counters_fail(monkeypatch):
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     assert check_training_states(no_counters).status == "failed"
+
+
+def test_lab04_switching_autocast_on_by_hand_does_not_pass(monkeypatch):
+    """4.1 asks for a prediction: re-running the scorer's ops with torch.set_autocast_enabled (no `with
+    torch.autocast`, no RetrievalScorer) is measuring, and fails."""
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    from torch import nn
+
+    from utils.checks.ch04 import check_autocast_dtypes
+
+    def by_hand(autocast_dtype, input_dtype):
+        linear = nn.Linear(8, 8).to(input_dtype)
+        torch.set_autocast_dtype("cpu", autocast_dtype)
+        torch.set_autocast_enabled("cpu", True)
+        try:
+            proj = linear(torch.randn(4, 8, dtype=input_dtype))
+        finally:
+            torch.set_autocast_enabled("cpu", False)
+        return {"proj": proj.dtype}
+
+    verdict = check_autocast_dtypes(by_hand)
+    assert verdict.status == "failed" and "set_autocast_enabled" in verdict.message

@@ -75,7 +75,7 @@ def expect_scorer_dtypes(autocast_dtypes: Callable[[torch.dtype, torch.dtype], d
                          cases: Sequence[tuple[torch.dtype, torch.dtype]]) -> None:
     """cases: (autocast dtype, input dtype). The learner predicts without running the model under autocast."""
     autocast_dtypes = guarded(autocast_dtypes, scorer_dtypes_truth, RetrievalScorer, torch.autocast,
-                              torch.amp.autocast_mode.autocast)
+                              torch.amp.autocast_mode.autocast, torch.set_autocast_enabled)  # switching it on by hand
     for autocast_dtype, input_dtype in cases:
         want = scorer_dtypes_truth(autocast_dtype, input_dtype)
         got = autocast_dtypes(autocast_dtype, input_dtype)
