@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -322,6 +323,11 @@ def _entries() -> dict[str, Entry]:
         "utils.book.build": Entry(book.build, lambda: {}, {"out": "path"}, run_valid=False),
         "utils.grade.clear_previous": Entry(grade.clear_previous, lambda: {"csv_dir": "no-such-grades-folder"},
                                             {"csv_dir": "path"}),
+        "utils.grade.reference_imports": Entry(grade.reference_imports,
+                                               lambda: {"submission": nbformat.v4.new_notebook(),
+                                                        "lab": nbformat.v4.new_notebook()},
+                                               {"submission": st.one_of(st.none(), st.integers())},
+                                               run_valid=True),
         "utils.grade.for_instructor": Entry(grade.for_instructor, lambda: {"reason": "r"},
                                             {"reason": st.one_of(st.none(), st.integers())}),
         "utils.grade.collect": Entry(grade.collect, lambda: {"paths": [Path(__file__).parent.parent / "labs"]},

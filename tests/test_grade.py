@@ -104,6 +104,9 @@ PLANTED = {
     "faked_passed": (submission({"0.1": "def tensor_bytes(t):\n    return 0"}, extra_cell=FAKE), NONE),
     "tuned_to_public": (submission(TUNED), {"0.1": 0.5, "0.2": 1, "0.3": 1, "0.4": 1}),
     "over_memory_cap": (submission(OVER_CAP), {**FULL, "0.4": 0}),
+    # right answers, plus an import of what a check compares answers with: nothing autograded counts
+    "imports_reference": (submission(RIGHT, extra_cell="from utils.checks.warmup import predict_target"),
+                          NONE),
 }
 
 
@@ -278,6 +281,17 @@ def test_score_reads_only_this_runs_verdicts():
                                                                          "check+json": fake})]
     scores = {s.exercise: s for s in score(nb, owned, exercises, "right")}
     assert scores["0.1"].points == 0 and scores["0.1"].status == "error"
+
+
+def test_importing_a_checks_reference_is_reported():
+    from utils.grade import reference_imports
+
+    lab = nbformat.read(LAB, as_version=4)
+    assert reference_imports(nbformat.read(SOLUTION, as_version=4), lab) == []
+    cheat = nbformat.read(SOLUTION, as_version=4)
+    cheat.cells.append(nbformat.v4.new_code_cell("import utils.checks.ch02 as c\nfrom grading.hidden import ch02\n"
+                                                 "from utils.checks.warmup import check_tensor_bytes"))
+    assert reference_imports(cheat, lab) == ["grading.hidden:ch02", "utils.checks.ch02"]
 
 
 def test_reasons_read_by_the_instructor_say_what_was_found(monkeypatch):

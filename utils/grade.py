@@ -338,6 +338,38 @@ def _challenge_answers(submission: NotebookNode, lab: NotebookNode, exercises: l
     return answers
 
 
+_GRADING_MODULES = ("utils.checks", "grading")
+
+
+def _grading_imports(nb: NotebookNode) -> set[str]:
+    """What a notebook's code imports from the checks or the held-out cases: "module:name" for `from M import name`,
+    "module" for `import M` (cells that do not parse are skipped: they fail when they run)."""
+    found: set[str] = set()
+    for cell in nb.get("cells", []):
+        if not isinstance(cell, Mapping) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        try:
+            tree = ast.parse(source if isinstance(source, str) else "".join(source))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(_GRADING_MODULES):
+                found |= {f"{node.module}:{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith(_GRADING_MODULES)}
+    return found
+
+
+def reference_imports(submission: NotebookNode, lab: NotebookNode) -> list[str]:
+    """What the submission imports from utils.checks or grading/ beyond what the handed-out lab imports (its
+    check functions): a check's reference or truth function, or its held-out cases. A submission that does so is
+    given no autograded points: the checks compare an answer with those functions; they cannot also produce it."""
+    check_instance("submission", submission, Mapping)
+    check_instance("lab", lab, Mapping)
+    return sorted(_grading_imports(submission) - _grading_imports(lab))
+
+
 def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                    hidden_dir: Path = HIDDEN_DIR) -> SubmissionScore:
     """Grade one submission in this process (the command line runs each in a child process)."""
@@ -357,8 +389,15 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
     nb, owned, exercises = prepare(submission, lab, nonce=nonce, hidden_dir=hidden_dir)
     with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
         notes += execute(nb, owned, time_limit_s, Path(workdir))
-    return SubmissionScore(path.name, lab_path.stem, score(nb, owned, exercises, nonce), notes,
-                           _challenge_answers(submission, lab, exercises))
+    scores = score(nb, owned, exercises, nonce)
+    borrowed = reference_imports(submission, lab)
+    if borrowed:
+        reason = (f"the notebook imports what the checks compare answers with ({', '.join(borrowed)}), not only the "
+                  "lab's check functions: no autograded points")
+        notes.append(reason)
+        scores = [s if s.by_hand else ExerciseScore(s.exercise, 0.0, s.max_points, "failed", reason)
+                  for s in scores]
+    return SubmissionScore(path.name, lab_path.stem, scores, notes, _challenge_answers(submission, lab, exercises))
 
 
 def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir: Path) -> SubmissionScore:
