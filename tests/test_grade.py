@@ -292,6 +292,12 @@ def test_importing_a_checks_reference_is_reported():
     cheat.cells.append(nbformat.v4.new_code_cell("import utils.checks.ch02 as c\nfrom grading.hidden import ch02\n"
                                                  "from utils.checks.warmup import check_tensor_bytes"))
     assert reference_imports(cheat, lab) == ["grading.hidden:ch02", "utils.checks.ch02"]
+    cheat.cells.append(nbformat.v4.new_code_cell("import importlib\nm = importlib.import_module('utils.checks.ch03')"))
+    assert "utils.checks.ch03" in reference_imports(cheat, lab)
+    ch04 = ROOT / "labs" / "lab04_automatic_mixed_precision.ipynb"  # its text offers RetrievalScorer to import
+    looks = nbformat.read(ch04, as_version=4)
+    looks.cells.append(nbformat.v4.new_code_cell("from utils.checks.ch04 import RetrievalScorer"))
+    assert reference_imports(looks, nbformat.read(ch04, as_version=4)) == []
 
 
 def test_reasons_read_by_the_instructor_say_what_was_found(monkeypatch):

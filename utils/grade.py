@@ -339,6 +339,7 @@ def _challenge_answers(submission: NotebookNode, lab: NotebookNode, exercises: l
 
 
 _GRADING_MODULES = ("utils.checks", "grading")
+_OFFERED = re.compile(r"from (utils\.checks\.\w+) import (\w+)")  # a class the lab's text offers, e.g. the model
 
 
 def _grading_imports(nb: NotebookNode) -> set[str]:
@@ -358,6 +359,9 @@ def _grading_imports(nb: NotebookNode) -> set[str]:
                 found |= {f"{node.module}:{a.name}" for a in node.names}
             elif isinstance(node, ast.Import):
                 found |= {a.name for a in node.names if a.name.startswith(_GRADING_MODULES)}
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and node.value.startswith(_GRADING_MODULES):  # importlib.import_module("utils.checks.ch02")
+                found.add(node.value)
     return found
 
 
@@ -367,7 +371,9 @@ def reference_imports(submission: NotebookNode, lab: NotebookNode) -> list[str]:
     given no autograded points: the checks compare an answer with those functions; they cannot also produce it."""
     check_instance("submission", submission, Mapping)
     check_instance("lab", lab, Mapping)
-    return sorted(_grading_imports(submission) - _grading_imports(lab))
+    offered = {f"{m}:{n}" for cell in lab.get("cells", []) if cell.get("cell_type") == "markdown"
+               for m, n in _OFFERED.findall(cell.get("source", "") if isinstance(cell.get("source"), str) else "")}
+    return sorted(_grading_imports(submission) - _grading_imports(lab) - offered)
 
 
 def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
