@@ -157,18 +157,27 @@ def parameter_tensors(arch: Architecture) -> int:
 
 
 def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: str = "bf16", *,
-                     checkpointing: bool = False) -> int:
+                     checkpointing: bool = False, padding_mask: bool = False) -> int:
     """Bytes autograd saves in one forward of a Hugging Face Llama-family model (Llama, Mistral, Qwen2, Mixtral)
     with SDPA attention and the loss, as counted on a CPU, for "bf16" (BF16 weights), "bf16-mixed" (FP32 weights
     under CPU autocast) or "fp32".
 
-    Dense layers (traced on fake tensors, tests/test_architectures.py: exact to 8 bytes): with n = batch x seq_len
-    tokens, per layer, in bytes per token: bf16 24d + 8 d_ff + 8, bf16-mixed 34d + 8 d_ff + 8 (norms and residual
-    stream in FP32), fp32 40d + 16 d_ff + 8 (the two RMSNorms, q/k/v, the attention output and o_proj's input, the
-    gated MLP's four d_ff-wide tensors, two rsqrt statistics), plus a 4-byte log-sum-exp per head per token and a
-    T x T mask per sequence (2 B per element, 4 in FP32); autocast also keeps a BF16 copy of every weight matrix
-    (2 B per matrix parameter). Outside the layers: the final norm, the FP32 log-softmax of the logits (4V per
-    token; under autocast also the head's BF16 weight copy, 2dV), ids and targets (20 per token), rotary tables.
+    Dense layers: with n = batch x seq_len tokens, per layer, in bytes per token: bf16 20d + 4kv + 8 d_ff + 8,
+    bf16-mixed 30d + 4kv + 8 d_ff + 8 (norms and residual stream in FP32), fp32 32d + 8kv + 16 d_ff + 8 (the two
+    RMSNorms, q, k and v at their own widths (kv = n_kv_head x head_dim under grouped-query attention), the
+    attention output and o_proj's input, the gated MLP's four d_ff-wide tensors, two rsqrt statistics), plus a
+    4-byte log-sum-exp per head per token; autocast also keeps a BF16 copy of every weight matrix (2 B per matrix
+    parameter). Outside the layers: the final norm, the FP32 log-softmax of the logits (4V per token; under
+    autocast also the head's BF16 weight copy, 2dV), ids and targets (20 per token), rotary tables.
+    A real forward without a padding mask keeps no T x T mask and passes K and V to SDPA at their grouped width
+    (transformers' `sdpa_attention_forward` with `enable_gqa`); a fake-tensor trace does otherwise, because
+    transformers' `is_tracing()` is True there (it builds the mask and repeats K/V to the full head count), so
+    these terms are checked against real steps metered on a CPU (tests/test_real_steps.py), not against a trace.
+    With `padding_mask` (a batch padded to one length) the T x T mask is kept: 2 B per element (4 in FP32).
+    The kernel is SDPA's on a CPU or a GPU whose flash or memory-efficient kernel takes the dtype (what
+    `attention_kernel` decides); where only the math kernel runs (BF16 below compute capability 8.0: a T4, a V100)
+    use `math_attention_bytes` on top. These are Hugging Face's unfused layers: Megatron-LM's or Transformer
+    Engine's fused layers keep less (Korthikanti et al.'s 34 sbh per layer against about 1.6 x that here).
 
     Mixture-of-experts layers (Mixtral; transformers indexes each expert's tokens, so a fake-tensor trace cannot
     size them; fitted to saved-tensor counts of small real Mixtrals on a CPU and checked within 1.5% on others):
@@ -189,17 +198,20 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     check_int("seq_len", seq_len, minimum=1)
     check_choice("precision", precision, ("bf16", "bf16-mixed", "fp32"))
     check_bool("checkpointing", checkpointing)
-    d, f, h, v, t = arch.d_model, arch.d_ff, arch.n_head, arch.vocab_size, seq_len
+    check_bool("padding_mask", padding_mask)
+    d, f, h, v, t, kv = arch.d_model, arch.d_ff, arch.n_head, arch.vocab_size, seq_len, arch.kv_dim
     n = batch * t
-    per_token, per_ff, mask, outside_d, rotary = {"bf16": (24, 8, 2, 8, 4), "bf16-mixed": (34, 8, 2, 10, 8),
-                                                  "fp32": (40, 16, 4, 12, 8)}[precision]
-    per_layer = n * (per_token * d + per_ff * f + 8 + 4 * h) + mask * batch * t * t
+    per_token, per_kv, per_ff, mask, outside_d, rotary = {"bf16": (20, 4, 8, 2, 8, 4),
+                                                          "bf16-mixed": (30, 4, 8, 2, 10, 8),
+                                                          "fp32": (32, 8, 16, 4, 12, 8)}[precision]
+    per_layer = n * (per_token * d + per_kv * kv + per_ff * f + 8 + 4 * h)
+    per_layer += mask * batch * t * t if padding_mask and arch.n_experts == 1 else 0
     outside = n * (outside_d * d + 4 * v + 20) + rotary * t * arch.head_dim + 4
-    if arch.n_experts > 1:
+    if arch.n_experts > 1:  # fitted to real counts with the dense terms of K and V repeated to every head: kept
+        per_layer += n * {"bf16": 4, "bf16-mixed": 4, "fp32": 8}[precision] * (d - kv)
         c, e, k = (4, 4, arch.experts_per_token) if precision == "fp32" else (2, 2 if precision == "bf16" else 4,
                                                                               arch.experts_per_token)
         per_layer += n * k * (2 * e * d + 4 * e * f + 32) + n * (4 * arch.n_experts + 16) - n * (c * d + 4 * c * f)
-        per_layer -= mask * batch * t * t
     if precision == "bf16-mixed":  # autocast's BF16 copies of the matrices (biases and the embedding table: none)
         per_layer += 2 * ArchitectureShape(arch, seq_len).cast_parameters
         outside += 2 * d * v

@@ -347,13 +347,18 @@ def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precisi
     the dropout's output for the matmul with V and its noise tensor (2c.b.h.T^2: on a CPU `torch.dropout` scales
     by a noise tensor of the input's dtype; CUDA's fused `native_dropout` keeps a 1-byte mask instead, the
     (1 + c) of Korthikanti et al.'s 5as/h). With SDPA the CPU runs its math kernel under dropout: not modelled.
+    `attention="sdpa-math"` is SDPA where only its math kernel runs (`sdpa_attention` says where: BF16 below
+    compute capability 8.0, a T4 or a V100): instead of the log-sum-exp it keeps the probabilities (c.b.h.T^2) and
+    the scaled copies of q and k that its two matmuls save (2c.n.d): torch's `_scaled_dot_product_attention_math`
+    (aten/src/ATen/native/transformers/attention.cpp). Measured on a CPU in FP32 with the math backend forced
+    (tests/test_estimate.py); a CPU's math kernel computes BF16 in FP32, CUDA's does not.
     """
     check_instance("shape", shape, TransformerShape)
     _check_choices("adamw", precision, checkpointing)
-    check_choice("attention", attention, ("sdpa", "eager"))
+    check_choice("attention", attention, ("sdpa", "sdpa-math", "eager"))
     check_int("batch", batch, minimum=1)
     check_number("dropout", dropout, minimum=0.0, maximum=0.999)
-    if dropout > 0 and attention == "sdpa":
+    if dropout > 0 and attention != "eager":
         raise ValueError("dropout > 0 is modelled with attention='eager' only (SDPA's CPU math kernel under dropout "
                          "keeps other tensors)")
     d, h, t, v, b = shape.d_model, shape.n_head, shape.seq_len, shape.vocab_size, batch
@@ -365,13 +370,30 @@ def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precisi
         per_layer = a * n * d
     else:
         per_layer = 2 * a * n * d + 4 * a * n + 14 * c * n * d + (24 * d * d if mixed else 0)
-        per_layer += 4 * b * h * t if attention == "sdpa" else t * t + c * b * h * t * t
+        per_layer += {"sdpa": 4 * b * h * t, "sdpa-math": c * b * h * t * t + 2 * c * n * d,
+                      "eager": t * t + c * b * h * t * t}[attention]
         per_layer += 2 * c * b * h * t * t if dropout > 0 else 0
     # Outside the blocks: token ids, positions, final LayerNorm, head input (and weight copy under
     # autocast), log-softmax of the logits (float32 unless pure BF16), targets, and the loss's weight sum.
     outside = 8 * n + 8 * t + a * n * d + 2 * a * n + c * n * d + (2 * v * d if mixed else 0)
     outside += (2 if precision == "bf16" else 4) * n * v + 8 * n + a
     return shape.n_layer * per_layer + outside
+
+
+def sdpa_attention(capability: tuple[int, int] | None, precision: str) -> str:
+    """Which of `transformer_activation_bytes`' SDPA kernels torch runs for the GPT's attention: "sdpa" (a fused
+    kernel that keeps a log-sum-exp per head and token: the CPU's flash kernel, CUDA's flash kernel from compute
+    capability 8.0 in FP16/BF16, or its memory-efficient kernel, which takes FP32 and FP16 from 5.0 and BF16 only
+    from 8.0) or "sdpa-math" (BF16 on a GPU below 8.0: the math kernel). `capability` None is a CPU (or MPS).
+    Source: torch's aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (`check_sm_version`,
+    `check_tensor_dtype`: flash needs sm80+, mem-efficient lists BF16 only for sm80+)."""
+    check_choice("precision", precision, PRECISIONS)
+    if capability is None:
+        return "sdpa"
+    if not (isinstance(capability, tuple) and len(capability) == 2 and all(isinstance(x, int) for x in capability)):
+        raise TypeError(f"capability must be None or a (major, minor) tuple of ints, got {capability!r}")
+    bf16 = precision in ("bf16", "bf16-mixed")
+    return "sdpa-math" if bf16 and capability < (8, 0) else "sdpa"
 
 
 def transformer_memory(shape: TransformerShape, batch: int, *, optimizer: str = "adamw", precision: str = "fp32",
@@ -429,6 +451,7 @@ def validate(configs: Sequence[dict[str, Any]] | None = None) -> list[list[str]]
     if configs is not None:
         _check_configs(configs)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    capability = torch.cuda.get_device_capability() if device == "cuda" else None  # which SDPA kernel runs
     configs = configs or [
         {"precision": p, "optimizer": o, "checkpointing": ck, "batch": b}
         for p, o, ck, b in [("fp32", "adamw", False, 4), ("fp32", "adamw", True, 4), ("fp32", "sgd", False, 4),
@@ -446,7 +469,8 @@ def validate(configs: Sequence[dict[str, Any]] | None = None) -> list[list[str]]
         shape = shape_of(cfg)
         n = shape.n_params
         guesses = [estimate_memory(model, (x, y), **kwargs).total,
-                   transformer_memory(shape, cfg_dict["batch"], **kwargs).total]
+                   transformer_memory(shape, cfg_dict["batch"], attention=sdpa_attention(capability, kwargs[
+                       "precision"]), **kwargs).total]
         guesses += [rule(n, n * 4) for rule in RULES_OF_THUMB.values()]
         rows.append([cfg_dict["precision"], cfg_dict["optimizer"], "on" if cfg_dict["checkpointing"] else "off",
                      str(cfg_dict["batch"]), f"{measured:,}"]

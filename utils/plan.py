@@ -159,6 +159,11 @@ class Choice:
                              "the tensor-parallel ranks)")
         if self.pipeline_chunks > 1 and self.pipeline_stages < 2:
             raise ValueError("pipeline_chunks > 1 (the interleaved schedule) needs pipeline_stages >= 2")
+        if self.pipeline_chunks > 1 and self.accumulation % self.pipeline_stages:
+            # Megatron-LM refuses it too (megatron/core/pipeline_parallel/schedules.py, "number of microbatches
+            # is not divisible by pipeline-model-parallel-size when using interleaved schedule")
+            raise ValueError(f"the interleaved schedule (pipeline_chunks > 1) needs accumulation (micro-batches, "
+                             f"{self.accumulation}) to be a multiple of pipeline_stages ({self.pipeline_stages})")
         if (self.tensor_parallel > 1 or self.pipeline_stages > 1) and self.offload_optimizer:
             raise ValueError("tensor_parallel / pipeline_stages with offload_optimizer: not modelled by this ledger")
         check_int("lora_rank", self.lora_rank, minimum=0)
@@ -226,57 +231,77 @@ def _compute_precision(regime: str) -> str:
 
 def activation_terms(shape: Shape, micro_batch: int, regime: str, checkpointing: bool, *,
                      chunk_tokens: int = 0) -> dict[str, int]:
-    """Chapter 01's saved activations for a regime, and backward's transients (`shape` a TransformerShape):
+    """Chapter 01's saved activations for a regime, and backward's transients, each at its largest:
     - saved: what autograd keeps until backward (a BF16 base runs its residual stream in BF16, and its logits
       are up-cast to FP32 for the loss: 2 more bytes per logit than the pure-BF16 formula counts);
     - recomputed block: under checkpointing, backward re-runs one block and holds its activations;
-    - logits gradient: the FP32 gradient of tokens x vocabulary logits, alive at the start of backward;
+    - logits gradient: the loss's backward holds two FP32 tokens x vocabulary tensors at once (the gradient of the
+      log-probabilities, and the gradient of the logits that log-softmax's backward makes from it) beside the
+      saved log-probabilities;
     - autocast cache: under torch.amp with checkpointing, the BF16 copies of every block's weights and biases
       stay in autocast's cache until the forward's region exits (checkpointing frees what the blocks save, not
-      the cache): the line is what that moment holds beyond backward's two transients (0 when they are larger).
+      the cache); `step_moments` places it at the forward's end, where backward's transients are not yet born.
     With `chunk_tokens` > 0 (chunked linear-cross-entropy, utils.chunked_loss) the loss keeps no FP32 logits
     (tokens x vocabulary x 4 B leave the saved line) and backward holds one chunk's recomputed logits and their
-    gradient (2 x chunk x vocabulary x 4 B) instead of the whole logits gradient.
+    gradients (`CHUNK_LOSS_TENSORS` x chunk x vocabulary x 4 B, and the hidden states' FP32 gradient) instead.
     A real architecture (ArchitectureShape) saves `utils.architectures.activation_bytes` (Hugging Face's loss keeps
     FP32 log-probabilities in every regime: nothing to add), and autocast copies its layers' `cast_parameters`."""
     check_instance("shape", shape, SHAPES)
     check_int("micro_batch", micro_batch, minimum=1)
     check_bool("checkpointing", checkpointing)
     check_int("chunk_tokens", chunk_tokens, minimum=0)
-    precision = _compute_precision(check_choice(
-        "regime", regime, ("fp32", "bf16-mixed", "bf16", "offload", "bf16-base", "nf4-base")))
-    tokens_x_vocab = micro_batch * shape.seq_len * shape.vocab_size
+    check_choice("regime", regime, ("fp32", "bf16-mixed", "bf16", "offload", "bf16-base", "nf4-base"))
+    timeline = _activation_timeline(shape, micro_batch, regime, checkpointing, chunk_tokens)
+    return {k: timeline[k] for k in ("saved activations", "recomputed block", "logits gradient (FP32)")} | {
+        "autocast weight cache": timeline["autocast copies"]}
+
+
+# Tensors of one chunk x vocabulary a chunked loss holds at once in its backward, in FP32 units (utils.chunked_loss):
+# the chunk's recomputed log-probabilities, their gradient and the logits' gradient (3), and a quarter more that the
+# real steps of tests/test_real_steps.py show (the BF16 gradient of part of the chunk); beside them the head's
+# gradient, born in the first chunk's backward, and the hidden states' FP32 gradient.
+CHUNK_LOSS_TENSORS = 3.25
+
+
+def _activation_timeline(shape: Shape, micro_batch: int, regime: str, checkpointing: bool,
+                         chunk_tokens: int) -> dict[str, int]:
+    """activation_terms' lines and what `step_moments` needs besides: the saved FP32 log-probabilities, one layer's
+    saved bytes, and the loss's forward transient (the FP32 logits, and the BF16 logits they are cast from)."""
+    precision = _compute_precision(regime)
+    tokens = micro_batch * shape.seq_len
+    tokens_x_vocab = tokens * shape.vocab_size
     if isinstance(shape, ArchitectureShape):
         arch, t = shape.arch, shape.seq_len
         saved = activation_bytes(arch, micro_batch, t, precision, checkpointing=checkpointing)
         per_block = (activation_bytes(replace(arch, n_layer=2), micro_batch, t, precision)
                      - activation_bytes(replace(arch, n_layer=1), micro_batch, t, precision))
+        layer = (activation_bytes(replace(arch, n_layer=2), micro_batch, t, precision, checkpointing=checkpointing)
+                 - activation_bytes(replace(arch, n_layer=1), micro_batch, t, precision, checkpointing=checkpointing))
         cast_per_block = shape.cast_parameters
     else:
         saved = transformer_activation_bytes(shape, micro_batch, precision=precision, checkpointing=checkpointing)
         if precision == "bf16":
             saved += 2 * tokens_x_vocab  # FP32 logits for the loss instead of BF16 ones
-        one = replace(shape, n_layer=1)
-        two = replace(shape, n_layer=2)
+        one, two = replace(shape, n_layer=1), replace(shape, n_layer=2)
         per_block = (transformer_activation_bytes(two, micro_batch, precision=precision)
                      - transformer_activation_bytes(one, micro_batch, precision=precision))
+        layer = (transformer_activation_bytes(two, micro_batch, precision=precision, checkpointing=checkpointing)
+                 - transformer_activation_bytes(one, micro_batch, precision=precision, checkpointing=checkpointing))
         cast_per_block = 12 * shape.d_model**2 + 9 * shape.d_model
-    recomputed = per_block if checkpointing else 0
-    logits_grad = 4 * tokens_x_vocab
+    logprobs, loss_backward = 4 * tokens_x_vocab, 2 * 4 * tokens_x_vocab
+    loss_forward = (4 if precision == "fp32" else 6) * tokens_x_vocab
     if chunk_tokens:
-        saved -= 4 * tokens_x_vocab  # the loss's FP32 log-softmax of every logit is not kept
-        logits_grad = 2 * 4 * min(chunk_tokens, micro_batch * shape.seq_len) * shape.vocab_size
-    cache = 0
-    if checkpointing and precision == "bf16-mixed":  # autocast's cache keeps every block's BF16 weight copies
-        # until the forward's autocast region exits, although checkpointing saves none of them; backward's
-        # transients come after that moment, so the peak holds the larger of the two
-        copies = 2 * shape.n_layer * cast_per_block
-        cache = max(0, copies - recomputed - logits_grad)
-    return {"saved activations": saved, "recomputed block": recomputed, "logits gradient (FP32)": logits_grad,
-            "autocast weight cache": cache}
+        saved -= logprobs  # the loss's FP32 log-softmax of every logit is not kept
+        chunk = min(chunk_tokens, tokens) * shape.vocab_size
+        logprobs, loss_forward = 0, int(CHUNK_LOSS_TENSORS * 4 * chunk)
+        loss_backward = loss_forward + 4 * tokens * shape.d_model
+    copies = 2 * shape.n_layer * cast_per_block if checkpointing and precision == "bf16-mixed" else 0
+    return {"saved activations": saved, "recomputed block": per_block if checkpointing else 0,
+            "logits gradient (FP32)": loss_backward, "autocast copies": copies, "log-probabilities": logprobs,
+            "per layer": layer, "loss forward": loss_forward}
 
 
-def _moments(lines: dict[str, float], optimizer: str) -> float:
+def _moments_bytes(lines: dict[str, float], optimizer: str) -> float:
     """Bytes per parameter of `optimizer`'s state in a setup whose AdamW moments take lines["moments"] (their
     element size is half of it: AdamW in FP32 8, in BF16 4)."""
     return optimizer_state_bytes_per_param(optimizer, int(lines["moments"] // 2))
@@ -284,18 +309,65 @@ def _moments(lines: dict[str, float], optimizer: str) -> float:
 
 def memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
     """The budget ledger: bytes per GPU of each part of one training step under `choice`, for the course's GPT
-    (TransformerShape) or a real architecture (utils.architectures.ArchitectureShape). With tensor or pipeline
-    parallelism, the most loaded GPU's (`model_parallel_terms`)."""
+    (TransformerShape) or a real architecture (utils.architectures.ArchitectureShape), at the step's peak: the
+    lines of the moment of `step_moments` that holds the most (the same line names at every moment, 0 where a line
+    holds nothing then). With tensor or pipeline parallelism, the most loaded GPU's (`model_parallel_terms`), each
+    line at its largest over the step: an upper bound, since no run of this course can meter that timeline."""
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
-    parts = _ledger(shape, choice)
     if choice.tensor_parallel > 1 or choice.pipeline_stages > 1:
-        parts = model_parallel_terms(shape, choice, parts)
-    return parts
+        return model_parallel_terms(shape, choice, _largest_lines(_moments(shape, choice)))
+    return _peak_moment(_moments(shape, choice))[1]
 
 
-def _ledger(shape: Shape, choice: Choice) -> dict[str, int]:
-    """memory_of's lines on one GPU of one model replica (data parallelism and ZeRO over `choice.n_gpus`)."""
+def step_moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
+    """The ledger at each moment of one training step where its peak can fall (the last micro-batch, with the
+    earlier micro-batches' gradients alive when accumulating), per GPU of one replica:
+    - "forward's end": the saved activations, the loss's FP32 logits beside their log-probabilities and, under
+      torch.amp with checkpointing, autocast's cache of BF16 weight copies (freed when the region exits);
+    - "loss backward": the saved activations and two FP32 tokens x vocabulary gradients (of the
+      log-probabilities and of the logits) beside the saved log-probabilities: 3 such tensors at once;
+    - "first layer's backward": the log-probabilities are gone, the head's gradient is born, and under
+      checkpointing the last layer's activations are recomputed;
+    - "last layer's backward": every other gradient is born, one layer's activations are left (and recomputed);
+    - "optimizer step": all gradients, no activation, and the step's temporaries (AdamW's multi-tensor step, the
+      CUDA default, keeps one moment-sized temporary per parameter: torch/optim/adam.py `_multi_tensor_adam`'s
+      `exp_avg_sq_sqrt = torch._foreach_sqrt(...)`).
+    Gradients are not counted before they exist: a single micro-batch's are born during backward while the
+    activations are freed (the peak of a timeline, not a sum of each line's largest)."""
+    check_instance("shape", shape, SHAPES)
+    check_instance("choice", choice, Choice)
+    return _moments(shape, choice)
+
+
+def peak_moment(shape: Shape, choice: Choice) -> str:
+    """The moment of `step_moments` at which the step peaks (the ledger `memory_of` gives its lines)."""
+    check_instance("shape", shape, SHAPES)
+    check_instance("choice", choice, Choice)
+    if choice.tensor_parallel > 1 or choice.pipeline_stages > 1:
+        return "each line at its largest (model parallel)"
+    return _peak_moment(_moments(shape, choice))[0]
+
+
+def _peak_moment(moments: dict[str, dict[str, int]]) -> tuple[str, dict[str, int]]:
+    return max(moments.items(), key=lambda kv: sum(kv[1].values()))
+
+
+def _largest_lines(moments: dict[str, dict[str, int]]) -> dict[str, int]:
+    lines = next(iter(moments.values()))
+    return {k: max(m[k] for m in moments.values()) for k in lines}
+
+
+def _sharded_amp(choice: Choice) -> bool:
+    """torch.amp under ZeRO-1/2 trains as DeepSpeed's BF16 mode does: BF16 weights on every rank, the FP32 master
+    weights sharded with the gradients and Adam's moments (utils.setups' "deepspeed zero-2 bf16"), not FP32 weights
+    replicated (FSDP, ZeRO-3, shards them too)."""
+    return choice.precision == "bf16-mixed" and choice.sharding in ("zero1", "zero2") and not (
+        choice.lora_rank or choice.offload_optimizer or choice.setup)
+
+
+def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
+    """step_moments' lines, on one GPU of one model replica (data parallelism and ZeRO over `choice.n_gpus`)."""
     n, d, n_gpus = shape.n_params, shape.d_model, choice.n_gpus
     block = block_parameters(shape)
     regime = choice.regime
@@ -310,39 +382,141 @@ def _ledger(shape: Shape, choice: Choice) -> dict[str, int]:
             weights = base["weights"] * n
         weights += adapters["weights"] * trainable
         grads = adapters["gradients"] * trainable
-        states = (adapters["master"] + _moments(adapters, choice.optimizer)) * trainable
+        states = (adapters["master"] + _moments_bytes(adapters, choice.optimizer)) * trainable
+        states += _state_overhead(shape, choice, _moments_bytes(adapters, choice.optimizer))
+        moment_size = _moments_bytes(adapters, choice.optimizer) / 2
     elif choice.offload_optimizer:  # BF16 weights on the GPU; a bucket of one block's BF16 gradients in flight
-        weights, grads, states = setup_lines(OFFLOAD_SETUP)["weights"] * n, 2 * block, 0
+        trainable = 0  # the step runs on the host
+        weights, grads, states, moment_size = setup_lines(OFFLOAD_SETUP)["weights"] * n, 2 * block, 0, 0.0
         if choice.offload_parameters:  # only the block in use and the prefetched next one
             weights = 2 * 2 * max(block, shape.vocab_size * d)
     else:
-        lines = setup_lines(choice.setup or PRECISION_SETUPS[choice.precision])
+        trainable = n
+        lines = setup_lines(choice.setup or ("deepspeed zero-2 bf16" if _sharded_amp(choice)
+                                             else PRECISION_SETUPS[choice.precision]))
         weights, grads = lines["weights"] * n, lines["gradients"] * n
-        states = (lines["master"] + _moments(lines, choice.optimizer)) * n
+        master, states = lines["master"] * n, _moments_bytes(lines, choice.optimizer) * n
+        states += _state_overhead(shape, choice, _moments_bytes(lines, choice.optimizer))
+        moment_size = _moments_bytes(lines, choice.optimizer) / 2
+        if _sharded_amp(choice):
+            regime = "bf16"  # DeepSpeed's BF16 mode runs the module in BF16
+        states += master
     gathered = 0
     if choice.sharding in ("zero1", "zero2", "zero3"):
         states /= n_gpus
+        trainable /= n_gpus  # each rank steps its shard
     if choice.sharding in ("zero2", "zero3"):
         grads /= n_gpus
     if choice.sharding == "zero3" and not choice.offload_parameters:  # (with parameter offload the weights
         weights /= n_gpus  # line already is the blocks in use, gathered: they are not counted twice)
         gathered = 2 * 2 * block  # the all-gathered block and the prefetched next one, in BF16
-    parts = {"weights": int(weights), "gradients": int(grads), "optimizer states": int(states)}
-    if gathered:
-        parts["gathered blocks (ZeRO-3)"] = gathered
-    parts |= activation_terms(shape, choice.micro_batch, regime, choice.checkpointing,
-                              chunk_tokens=choice.chunked_loss)
-    if choice.sharding == "zero3":  # FSDP2 gathers BF16 weights itself (MixedPrecisionPolicy): autocast copies none
-        parts["autocast weight cache"] = 0
+    acts = activation_terms(shape, choice.micro_batch, regime, choice.checkpointing,
+                            chunk_tokens=choice.chunked_loss)
+    timeline = _activation_timeline(shape, choice.micro_batch, regime, choice.checkpointing, choice.chunked_loss)
+    copies = 0 if choice.sharding == "zero3" else timeline["autocast copies"]  # FSDP2 gathers BF16 weights itself
+    # Gradients alive when the last micro-batch's backward starts: the earlier micro-batches' (accumulated in
+    # place), or a persistent shard; those born during backward: the head's first, then every layer's.
+    persistent = choice.sharding in ("zero2", "zero3") or choice.offload_optimizer
+    before = grads if choice.accumulation > 1 or persistent else 0
+    head = 0 if before or choice.lora_rank else grads * (shape.vocab_size * d) / n
+    step_temporaries = int(_step_temporary_bytes(shape, choice, trainable, moment_size))
+    lora = 0
     if choice.lora_rank:  # each adapter saves its rank-r intermediate (FP32)
         per_layer = (shape.adapters_per_token if isinstance(shape, ArchitectureShape)
                      else {"attention": 4, "attention+mlp": 6})[choice.lora_targets]
-        parts["LoRA intermediates"] = shape.n_layer * per_layer * choice.micro_batch * shape.seq_len * \
-            choice.lora_rank * 4
-        if choice.quantize_base:  # linear_nf4 dequantizes one matrix at a time to BF16
-            largest = shape.largest_matrix if isinstance(shape, ArchitectureShape) else 4 * d * d
-            parts["dequantized matrix (NF4)"] = 2 * largest
-    return parts
+        lora = shape.n_layer * per_layer * choice.micro_batch * shape.seq_len * choice.lora_rank * 4
+    dequantized = 0
+    if choice.quantize_base:  # linear_nf4 dequantizes one matrix at a time to BF16
+        dequantized = 2 * (shape.largest_matrix if isinstance(shape, ArchitectureShape) else 4 * d * d)
+
+    def moment(gradients: float, saved: float, recomputed: float = 0, loss: float = 0, cache: float = 0,
+               step: float = 0, lora_held: float = 0, nf4: float = 0) -> dict[str, int]:
+        parts = {"weights": int(weights), "gradients": int(gradients), "optimizer states": int(states)}
+        if gathered:
+            parts["gathered blocks (ZeRO-3)"] = gathered
+        parts |= {"saved activations": int(saved), "recomputed block": int(recomputed),
+                  "logits gradient (FP32)": int(loss), "autocast weight cache": int(cache),
+                  "optimizer step temporaries": int(step)}
+        if choice.lora_rank:
+            parts["LoRA intermediates"] = int(lora_held)
+            if choice.quantize_base:
+                parts["dequantized matrix (NF4)"] = int(nf4)
+        return parts
+
+    saved, logprobs, layer = acts["saved activations"], timeline["log-probabilities"], timeline["per layer"]
+    one_layer = saved - logprobs - (shape.n_layer - 1) * layer
+    recomputed = acts["recomputed block"]
+    lora_layer = lora / shape.n_layer
+    return {
+        "forward's end": moment(before, saved + timeline["loss forward"], cache=copies, lora_held=lora,
+                                nf4=dequantized),
+        "loss backward": moment(before + (head if choice.chunked_loss else 0), saved,
+                                loss=acts["logits gradient (FP32)"], lora_held=lora),
+        "first layer's backward": moment(before + head, saved - logprobs, recomputed, lora_held=lora,
+                                         nf4=dequantized),
+        "last layer's backward": moment(grads, one_layer, recomputed, lora_held=lora_layer, nf4=dequantized),
+        "optimizer step": moment(grads, 0, step=step_temporaries),
+    }
+
+
+def parameter_tensor_sizes(shape: Shape, choice: Choice) -> list[int]:
+    """The sizes (elements) of the tensors the optimizer steps under `choice`: every parameter of the model (the
+    course's GPT: two embeddings, 12 per block, the final LayerNorm and the head; a real architecture: its embedding,
+    attention, experts, router, norms and head), or under LoRA each adapter's A (r x d_in) and B (d_out x r)."""
+    check_instance("shape", shape, SHAPES)
+    check_instance("choice", choice, Choice)
+    d, v, r = shape.d_model, shape.vocab_size, choice.lora_rank
+    if isinstance(shape, ArchitectureShape):
+        a = shape.arch
+        kv, f = a.kv_dim, a.d_ff
+        attention = [(d, d), (d, kv), (d, kv), (d, d)]
+        mlp = [(d, f), (d, f), (f, d)] * a.n_experts
+        if r:
+            pairs = attention + (mlp if choice.lora_targets == "attention+mlp" else [])
+            return [size for d_in, d_out in pairs for size in (r * d_in, d_out * r)] * a.n_layer
+        layer = [i * o for i, o in attention + mlp] + [d, d] + ([d, kv, kv] if a.qkv_bias else [])
+        layer += [a.n_experts * d] if a.n_experts > 1 else []
+        return [v * d] + layer * a.n_layer + [d] + ([] if a.tied_embeddings else [v * d])
+    if r:
+        pairs = [(d, d)] * 4  # the attention's q, k, v and output projections (as lora_parameters counts them)
+        pairs += [(d, 4 * d), (4 * d, d)] if choice.lora_targets == "attention+mlp" else []
+        return [size for d_in, d_out in pairs for size in (r * d_in, d_out * r)] * shape.n_layer
+    block = [d, d, 3 * d * d, 3 * d, d * d, d, d, d, 4 * d * d, 4 * d, 4 * d * d, d]
+    return [v * d, shape.seq_len * d] + block * shape.n_layer + [d, d, v * d]
+
+
+# torchao's 8-bit and 4-bit AdamW quantize a state only for tensors of at least 4,096 elements that divide into its
+# blocks (torchao/optim/adam.py `_new_buffer`, after bitsandbytes); each quantized moment keeps a lookup table of
+# 256 (8-bit) or 16 (4-bit) FP32 values. Every Adam keeps a 4-byte step counter per tensor.
+_QUANTIZED = {"adamw8bit": (256, 256), "adamw4bit": (128, 16)}  # optimizer: (block, lookup-table values)
+
+
+def _state_overhead(shape: Shape, choice: Choice, state_per_param: float) -> float:
+    """Optimizer-state bytes beyond `state_per_param` x parameters: step counters, and under torchao the FP32 states
+    of the small tensors it does not quantize and the lookup tables of those it does."""
+    if choice.optimizer in ("sgd", "sgd-momentum"):
+        return 0.0
+    sizes = parameter_tensor_sizes(shape, choice)
+    extra = 4.0 * len(sizes)
+    if choice.optimizer in _QUANTIZED:
+        block, table = _QUANTIZED[choice.optimizer]
+        for size in sizes:
+            quantized = size >= 4096 and size % block == 0
+            extra += 2 * 4 * table if quantized else (8 - state_per_param) * size
+    return extra
+
+
+def _step_temporary_bytes(shape: Shape, choice: Choice, trainable: float, moment_size: float) -> float:
+    """The optimizer step's temporaries on the GPU: AdamW's multi-tensor step keeps one moment-sized tensor per
+    trainable parameter (the square root of the second moment); torchao's 8-bit and 4-bit AdamW step one
+    parameter at a time and dequantize its two moments to FP32 (the largest parameter, the embedding or head);
+    SGD updates in place."""
+    if not trainable or choice.optimizer in ("sgd", "sgd-momentum"):
+        return 0
+    if choice.optimizer in ("adamw", "adam"):
+        return moment_size * trainable
+    largest = shape.vocab_size * shape.d_model if not choice.lora_rank else 0
+    return 3 * 4 * largest
 
 
 def _with_layers(shape: Shape, n_layer: int) -> Shape:
@@ -465,7 +639,7 @@ def host_memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
     n, share = shape.n_params, choice.n_gpus if choice.sharding != "none" else 1
     lines = setup_lines(OFFLOAD_SETUP)
     parts = {"FP32 master weights": int(lines["master"] * n), "FP32 gradient buffer": int(lines["gradients"] * n),
-             "optimizer states": int(_moments(lines, choice.optimizer) * n)}
+             "optimizer states": int(_moments_bytes(lines, choice.optimizer) * n)}
     if choice.offload_parameters:
         parts["BF16 weights (parameter offload)"] = int(lines["weights"] * n)
     parts = {k: v // share for k, v in parts.items()}
@@ -595,7 +769,8 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
     """The least intrusive configuration that fits `budget_bytes` per GPU (use `usable_budget` for a GPU), with the
     reasoning of each step. `effective_batch` is the sequences each GPU trains per optimizer step (micro-batch x
     accumulation); with data parallelism over `n_gpus` the global batch is n_gpus times it. Order: BF16 mixed
-    precision, checkpointing, accumulation, 8-bit AdamW, sharding (n_gpus > 1), optimizer offload, parameter offload
+    precision, checkpointing, accumulation, sharding (n_gpus > 1: ZeRO-1, 2, 3, exact arithmetic), 8-bit AdamW,
+    optimizer offload, parameter offload
     (still full fine-tuning), then LoRA on a BF16 base and QLoRA on an NF4 base (a different training: only adapters
     learn). An offload plan is tried only if its host ledger (`host_memory_of`, per GPU process, times the processes
     of one host: `n_gpus`) fits `host_bytes` of host RAM (default: this machine's, `host_ram_bytes()`). With
@@ -674,16 +849,16 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
     current = note(f"+ gradient accumulation ({choice.accumulation} micro-batches of {choice.micro_batch})", choice)
     if current.fits:
         return current
-    choice = replace(choice, optimizer="adamw8bit")
-    current = note("+ 8-bit AdamW (torchao: 2.03 B/param of state instead of 8)", choice)
-    if current.fits:
-        return widest(choice, current)
-    if n_gpus > 1:
+    if n_gpus > 1:  # sharding keeps the optimizer exact: tried before 8-bit AdamW changes its arithmetic
         for stage in ("zero1", "zero2", "zero3"):
             choice = replace(choice, sharding=stage)
             current = note(f"+ {stage.upper()} sharding over {n_gpus} GPUs", choice)
             if current.fits:
                 return widest(choice, current)
+    choice = replace(choice, optimizer="adamw8bit")
+    current = note("+ 8-bit AdamW (torchao: 2.03 B/param of state instead of 8)", choice)
+    if current.fits:
+        return widest(choice, current)
     model_parallel = tensor_parallel > 1 or pipeline_stages > 1
     offload = None if model_parallel else replace(choice, offload_optimizer=True, optimizer="adamw")
     if allow_offload and offload is not None and host_fits(offload, "optimizer offload"):
