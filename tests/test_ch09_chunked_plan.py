@@ -6,20 +6,22 @@ from dataclasses import replace
 import pytest
 
 from utils.estimate import TransformerShape
-from utils.plan import GIB, Choice, memory_of, plan
+from utils.plan import CHUNK_LOSS_TENSORS, GIB, Choice, memory_of, plan, step_moments
 
 # A Llama-3-8B-like GPT stand-in: 128,256 vocabulary at 8,192 tokens
 BIG_VOCAB = TransformerShape(32, 4096, 32, 8192, 128256)
 
 
 def test_chunked_loss_removes_the_fp32_logits():
-    plain = memory_of(BIG_VOCAB, Choice(precision="bf16-mixed", checkpointing=True))
-    chunked = memory_of(BIG_VOCAB, Choice(precision="bf16-mixed", checkpointing=True, chunked_loss=1024))
+    plain = step_moments(BIG_VOCAB, Choice(precision="bf16-mixed", checkpointing=True))["loss backward"]
+    chunked = step_moments(BIG_VOCAB, Choice(precision="bf16-mixed", checkpointing=True, chunked_loss=1024))[
+        "loss backward"]
     logits = 4 * 8192 * 128256
     assert round(logits / GIB, 1) == 3.9  # 3.9 GiB (4.2 GB) of FP32 logits for one 8,192-token sequence
     assert plain["saved activations"] - chunked["saved activations"] == logits
-    assert plain["logits gradient (FP32)"] == logits
-    assert chunked["logits gradient (FP32)"] == 2 * 4 * 1024 * 128256
+    assert plain["logits gradient (FP32)"] == 2 * logits  # the log-probabilities' gradient and the logits'
+    assert chunked["logits gradient (FP32)"] == int(CHUNK_LOSS_TENSORS * 4 * 1024 * 128256) + \
+        4 * 8192 * BIG_VOCAB.d_model  # one chunk's tensors, and the hidden states' FP32 gradient
     assert sum(chunked.values()) < sum(plain.values())
 
 

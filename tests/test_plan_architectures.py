@@ -11,9 +11,11 @@ from utils.architectures import (
     ArchitectureShape,
     activation_bytes,
     lora_parameters_of,
+    parameter_tensors,
     shape_of_model,
 )
 from utils.plan import (
+    CHUNK_LOSS_TENSORS,
     GIB,
     NF4_BYTES_PER_PARAM,
     Choice,
@@ -21,9 +23,11 @@ from utils.plan import (
     costs,
     gpu_budget,
     host_memory_of,
+    line_maxima,
     lora_parameters,
     memory_of,
     plan,
+    step_moments,
 )
 
 LLAMA3 = shape_of_model("Llama-3-8B", 4096)
@@ -31,16 +35,21 @@ N = LLAMA3.n_params  # 8,030,261,248
 
 
 def test_pure_bf16_lines_are_the_architectures():
-    parts = memory_of(LLAMA3, Choice(precision="bf16"))
-    assert (parts["weights"], parts["gradients"], parts["optimizer states"]) == (2 * N, 2 * N, 4 * N)
-    assert parts["saved activations"] == activation_bytes(LLAMA3.arch, 1, 4096, "bf16")
-    assert parts["logits gradient (FP32)"] == 4 * 4096 * 128_256  # 2.1 GB for one sequence of 4,096 tokens
+    choice = Choice(precision="bf16")
+    parts, loss = line_maxima(LLAMA3, choice), step_moments(LLAMA3, choice)["loss backward"]
+    steps = 4 * parameter_tensors(LLAMA3.arch)  # AdamW's step counter per tensor
+    assert (parts["weights"], parts["gradients"], parts["optimizer states"]) == (2 * N, 2 * N, 4 * N + steps)
+    assert loss["saved activations"] == activation_bytes(LLAMA3.arch, 1, 4096, "bf16")
+    # the loss's backward holds two FP32 gradients of 4,096 x 128,256 (2.1 GB each) beside the log-probabilities
+    assert loss["logits gradient (FP32)"] == 2 * 4 * 4096 * 128_256 and loss["gradients"] == 0
     assert block_parameters(LLAMA3) == LLAMA3.arch.layer_parameters == 218_112_000
 
 
 def test_checkpointing_keeps_each_layers_input_and_the_recomputed_block():
-    plain = memory_of(LLAMA3, Choice(precision="bf16-mixed"))
-    ck = memory_of(LLAMA3, Choice(precision="bf16-mixed", checkpointing=True))
+    plain = step_moments(LLAMA3, Choice(precision="bf16-mixed"))["loss backward"]
+    ck = line_maxima(LLAMA3, Choice(precision="bf16-mixed", checkpointing=True))
+    ck["saved activations"] = step_moments(LLAMA3, Choice(precision="bf16-mixed", checkpointing=True))[
+        "loss backward"]["saved activations"]
     assert ck["saved activations"] == activation_bytes(LLAMA3.arch, 1, 4096, "bf16-mixed", checkpointing=True)
     one, two = (activation_bytes(replace(LLAMA3.arch, n_layer=k), 1, 4096, "bf16-mixed") for k in (1, 2))
     assert ck["recomputed block"] == two - one
@@ -49,12 +58,13 @@ def test_checkpointing_keeps_each_layers_input_and_the_recomputed_block():
 
 def test_the_chunked_loss_removes_the_largest_activation_at_8192_tokens():
     """Llama-3-8B at 8,192 tokens: the FP32 log-probabilities (4.2 GB) leave, and backward holds one chunk's logits
-    and their gradient instead of the whole logits gradient."""
+    and their gradients (and the hidden states' FP32 gradient) instead of two whole logits gradients."""
     long = shape_of_model("Llama-3-8B", 8192)
-    whole = memory_of(long, Choice(precision="bf16", checkpointing=True))
-    chunked = memory_of(long, Choice(precision="bf16", checkpointing=True, chunked_loss=1024))
+    whole = step_moments(long, Choice(precision="bf16", checkpointing=True))["loss backward"]
+    chunked = step_moments(long, Choice(precision="bf16", checkpointing=True, chunked_loss=1024))["loss backward"]
     assert whole["saved activations"] - chunked["saved activations"] == 4 * 8192 * 128_256
-    assert chunked["logits gradient (FP32)"] == 2 * 4 * 1024 * 128_256
+    assert chunked["logits gradient (FP32)"] == int(CHUNK_LOSS_TENSORS * 4 * 1024 * 128_256) + 4 * 8192 * 4096
+    assert sum(chunked.values()) < sum(whole.values()) - 8e9
     assert round(4 * 8192 * 128_256 / 1e9, 1) == 4.2
 
 
@@ -62,16 +72,17 @@ def test_lora_and_qlora_count_the_architectures_matrices():
     choice = Choice(lora_rank=16)
     trainable = lora_parameters(LLAMA3, 16)
     assert trainable == lora_parameters_of(LLAMA3.arch, 16) == 13_631_488  # GQA: k and v are 1,024 wide
-    parts = memory_of(LLAMA3, choice)
+    parts = line_maxima(LLAMA3, choice)
     assert parts["weights"] == 2 * N + 4 * trainable
-    assert parts["gradients"] == 4 * trainable and parts["optimizer states"] == 8 * trainable
-    q = memory_of(LLAMA3, replace(choice, quantize_base=True))
+    adapters = 4 * 2 * 32  # A and B of q, k, v and o in 32 layers: a step counter each
+    assert parts["gradients"] == 4 * trainable and parts["optimizer states"] == 8 * trainable + 4 * adapters
+    q = line_maxima(LLAMA3, replace(choice, quantize_base=True))
     matrices = 32 * LLAMA3.matrix_parameters
     assert q["weights"] == int(NF4_BYTES_PER_PARAM * matrices + 2 * (N - matrices) + 4 * trainable)
     assert q["dequantized matrix (NF4)"] == 2 * 4096 * 14336  # the gated MLP's matrix, not 4 d^2
     assert parts["LoRA intermediates"] == 32 * 4 * 4096 * 16 * 4
     mixtral = shape_of_model("Mixtral-8x7B", 4096)
-    mlp = memory_of(mixtral, Choice(lora_rank=8, lora_targets="attention+mlp"))
+    mlp = line_maxima(mixtral, Choice(lora_rank=8, lora_targets="attention+mlp"))
     assert mlp["LoRA intermediates"] == 32 * (4 + 3 * 2) * 4096 * 8 * 4  # a token passes its 2 experts' adapters
 
 

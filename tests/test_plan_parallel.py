@@ -9,14 +9,16 @@ import pytest
 from utils.architectures import shape_of_model
 from utils.estimate import TransformerShape
 from utils.parallel import pipeline_layers_held
-from utils.plan import Choice, costs, costs_table, memory_of, plan, replicated_layer_bytes, state_share
+from utils.plan import (Choice, costs, costs_table, line_maxima, memory_of, plan, replicated_layer_bytes,
+                        state_share)
 
 GPT3 = TransformerShape(96, 12288, 96, 2048, 51200)  # GPT-3 175B's shape (Korthikanti's Table 3), 2,048 tokens
 
 
 def layer_bytes(shape, choice):
-    """One layer's saved activations per GPU under `choice` (the ledger at two layers minus at one)."""
-    two, one = (memory_of(replace(shape, n_layer=k), choice)["saved activations"] for k in (2, 1))
+    """One layer's saved activations per GPU under `choice` (the ledger's lines at two layers minus at one)."""
+    ledger = memory_of if choice.tensor_parallel > 1 or choice.pipeline_stages > 1 else line_maxima  # (the same lines)
+    two, one = (ledger(replace(shape, n_layer=k), choice)["saved activations"] for k in (2, 1))
     return two - one
 
 
@@ -44,7 +46,7 @@ def test_a_real_layers_replicated_part_and_its_recomputation():
     for precision, per_token in (("bf16", 16), ("fp32", 24), ("bf16-mixed", 26)):
         assert replicated_layer_bytes(llama, 1, precision) == 4096 * (per_token * 8192 + 8)
     ck = Choice(precision="bf16-mixed", checkpointing=True, tensor_parallel=8)
-    whole = memory_of(llama, replace(ck, tensor_parallel=1))["recomputed block"]
+    whole = line_maxima(llama, replace(ck, tensor_parallel=1))["recomputed block"]
     replicated = replicated_layer_bytes(llama, 1, "bf16-mixed")
     assert memory_of(llama, ck)["recomputed block"] == int(replicated + (whole - replicated) / 8)
     assert memory_of(llama, replace(ck, sequence_parallel=True))["recomputed block"] == int(whole / 8)
@@ -71,7 +73,7 @@ def test_the_first_pipeline_stage_holds_what_the_schedule_keeps_in_flight(stages
 
 def test_model_states_and_costs_divide_as_the_layout_says():
     llama = shape_of_model("Llama-2-70B", 4096)
-    whole = memory_of(llama, Choice(precision="bf16"))
+    whole = line_maxima(llama, Choice(precision="bf16"))
     t8 = memory_of(llama, Choice(precision="bf16", tensor_parallel=8))
     assert t8["weights"] == pytest.approx(whole["weights"] / 8, rel=1e-6)
     p4 = Choice(precision="bf16", pipeline_stages=4, accumulation=8)

@@ -49,15 +49,16 @@ def test_the_planner_reads_its_bytes_per_parameter_from_the_setups(monkeypatch):
     from dataclasses import replace
 
     from utils import setups
-    from utils.architectures import shape_of_model
-    from utils.plan import PRECISION_SETUPS, Choice, memory_of
+    from utils.architectures import parameter_tensors, shape_of_model
+    from utils.plan import PRECISION_SETUPS, Choice, line_maxima
 
     shape = shape_of_model("Llama-3-8B", 4096)
     n = shape.n_params
 
-    def states(choice):
-        parts = memory_of(shape, choice)
-        return parts["weights"] + parts["gradients"] + parts["optimizer states"]
+    def states(choice):  # the model-state lines, less AdamW's 4-byte step counter per tensor (not a per-param byte)
+        parts = line_maxima(shape, choice)
+        steps = 4 * parameter_tensors(shape.arch) / (8 if choice.sharding in ("zero1", "zero2", "zero3") else 1)
+        return parts["weights"] + parts["gradients"] + parts["optimizer states"] - steps
 
     for precision, name in PRECISION_SETUPS.items():
         assert states(Choice(precision=precision)) == model_state_bytes(n, name)

@@ -529,7 +529,7 @@ GPU_USABLE_BYTES: dict[str, int] = {name: gpu_budget(name) for name in GPU_MEMOR
 
 @dataclass(frozen=True)
 class FitReport:
-    estimate: MemoryEstimate  # the ledger folded into four parts (activations: every activation line)
+    estimate: MemoryEstimate  # the ledger at the step's peak folded into parts (activations: every activation line)
     capacity: int
     gpu: str
     parts: dict[str, int] = field(default_factory=dict)  # the ledger line by line (utils.plan.memory_of)
@@ -565,6 +565,6 @@ def will_it_fit(model: str | TransformerShape, batch: int, seq_len: int, *, prec
     parts = memory_of(shape, Choice(precision=precision, checkpointing=checkpointing, micro_batch=batch,
                                     optimizer=optimizer))
     weights, grads, states = parts["weights"], parts["gradients"], parts["optimizer states"]
-    total = sum(parts.values())
-    est = MemoryEstimate(weights, grads, states, total - weights - grads - states, 0, total)
+    temporaries, total = parts["optimizer step temporaries"], sum(parts.values())
+    est = MemoryEstimate(weights, grads, states, total - weights - grads - states - temporaries, temporaries, total)
     return FitReport(est, GPU_USABLE_BYTES[gpu], gpu, parts)

@@ -349,6 +349,15 @@ def peak_moment(shape: Shape, choice: Choice) -> str:
     return _peak_moment(_moments(shape, choice))[0]
 
 
+def line_maxima(shape: Shape, choice: Choice) -> dict[str, int]:
+    """Each line of the ledger at its largest over the step (the moments of `step_moments`): a sum of these is an
+    upper bound that counts lines that never coexist (a single micro-batch's gradients beside all its
+    activations); `memory_of` is the peak of the timeline instead."""
+    check_instance("shape", shape, SHAPES)
+    check_instance("choice", choice, Choice)
+    return _largest_lines(_moments(shape, choice))
+
+
 def _peak_moment(moments: dict[str, dict[str, int]]) -> tuple[str, dict[str, int]]:
     return max(moments.items(), key=lambda kv: sum(kv[1].values()))
 
@@ -430,12 +439,13 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         dequantized = 2 * (shape.largest_matrix if isinstance(shape, ArchitectureShape) else 4 * d * d)
 
     def moment(gradients: float, saved: float, recomputed: float = 0, loss: float = 0, cache: float = 0,
-               step: float = 0, lora_held: float = 0, nf4: float = 0) -> dict[str, int]:
+               step: float = 0, lora_held: float = 0, nf4: float = 0, logits: float = 0) -> dict[str, int]:
         parts = {"weights": int(weights), "gradients": int(gradients), "optimizer states": int(states)}
         if gathered:
             parts["gathered blocks (ZeRO-3)"] = gathered
         parts |= {"saved activations": int(saved), "recomputed block": int(recomputed),
-                  "logits gradient (FP32)": int(loss), "autocast weight cache": int(cache),
+                  "logits (FP32, loss forward)": int(logits), "logits gradient (FP32)": int(loss),
+                  "autocast weight cache": int(cache),
                   "optimizer step temporaries": int(step)}
         if choice.lora_rank:
             parts["LoRA intermediates"] = int(lora_held)
@@ -448,7 +458,7 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
     recomputed = acts["recomputed block"]
     lora_layer = lora / shape.n_layer
     return {
-        "forward's end": moment(before, saved + timeline["loss forward"], cache=copies, lora_held=lora,
+        "forward's end": moment(before, saved, logits=timeline["loss forward"], cache=copies, lora_held=lora,
                                 nf4=dequantized),
         "loss backward": moment(before + (head if choice.chunked_loss else 0), saved,
                                 loss=acts["logits gradient (FP32)"], lora_held=lora),
@@ -596,7 +606,7 @@ def model_parallel_terms(shape: Shape, choice: Choice, parts: dict[str, int]) ->
     stages = []
     for first in ((True, False) if p > 1 else (True,)):
         lines = {k: v * share for k, v in parts.items()
-                 if k in ("weights", "gradients", "optimizer states")}
+                 if k in ("weights", "gradients", "optimizer states", "optimizer step temporaries")}
         lines |= {k: v / t for k, v in parts.items() if k in ("gathered blocks (ZeRO-3)", "dequantized matrix (NF4)")}
         if p == 1:
             lines["saved activations"] = local_layer * layers + outside / t
@@ -608,7 +618,8 @@ def model_parallel_terms(shape: Shape, choice: Choice, parts: dict[str, int]) ->
         recomputed = parts["recomputed block"]  # a whole layer re-run: its replicated part stays whole without SP
         lines["recomputed block"] = recomputed / t if choice.sequence_parallel or not recomputed else \
             replicated + (recomputed - replicated) / t
-        lines["logits gradient (FP32)"] = parts["logits gradient (FP32)"] / t if last else 0
+        for loss_line in ("logits (FP32, loss forward)", "logits gradient (FP32)"):  # vocabulary-parallel
+            lines[loss_line] = parts[loss_line] / t if last else 0
         lines["autocast weight cache"] = parts["autocast weight cache"] / (p * t)
         if "LoRA intermediates" in parts:
             held = layers if p == 1 else (held_first if first else layers / p)
