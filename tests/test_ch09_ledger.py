@@ -22,6 +22,8 @@ LESSON = (
     "activation_terms",
     "block_parameters",
     "memory_of",
+    "step_moments",
+    "peak_moment",
     "lora_parameters",
     "costs",
     "zero_bytes_per_gpu",
@@ -56,6 +58,7 @@ def lesson() -> dict:
         "check_instance": check_instance,
         "check_int": check_int,
         "check_number": check_number,
+        "optimizer_state_overhead": packaged.optimizer_state_overhead,
         "MIB": 2**20,
         "GIB": 2**30,
     }
@@ -100,6 +103,7 @@ def choices(draw):
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(shape=shapes, choice=choices())
 def test_the_notebooks_ledger_and_costs_equal_utils_plan(lesson, shape, choice):
+    assert lesson["step_moments"](shape, choice) == packaged.step_moments(shape, choice)
     assert lesson["memory_of"](shape, choice) == packaged.memory_of(shape, choice)
     assert lesson["costs"](shape, choice) == packaged.costs(shape, choice)
 

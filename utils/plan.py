@@ -392,7 +392,7 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         weights += adapters["weights"] * trainable
         grads = adapters["gradients"] * trainable
         states = (adapters["master"] + _moments_bytes(adapters, choice.optimizer)) * trainable
-        states += _state_overhead(shape, choice, _moments_bytes(adapters, choice.optimizer))
+        states += optimizer_state_overhead(shape, choice, _moments_bytes(adapters, choice.optimizer))
         moment_size = _moments_bytes(adapters, choice.optimizer) / 2
     elif choice.offload_optimizer:  # BF16 weights on the GPU; a bucket of one block's BF16 gradients in flight
         trainable = 0  # the step runs on the host
@@ -405,7 +405,7 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
                                              else PRECISION_SETUPS[choice.precision]))
         weights, grads = lines["weights"] * n, lines["gradients"] * n
         master, states = lines["master"] * n, _moments_bytes(lines, choice.optimizer) * n
-        states += _state_overhead(shape, choice, _moments_bytes(lines, choice.optimizer))
+        states += optimizer_state_overhead(shape, choice, _moments_bytes(lines, choice.optimizer))
         moment_size = _moments_bytes(lines, choice.optimizer) / 2
         if _sharded_amp(choice):
             regime = "bf16"  # DeepSpeed's BF16 mode runs the module in BF16
@@ -501,9 +501,13 @@ def parameter_tensor_sizes(shape: Shape, choice: Choice) -> list[int]:
 _QUANTIZED = {"adamw8bit": (256, 256), "adamw4bit": (128, 16)}  # optimizer: (block, lookup-table values)
 
 
-def _state_overhead(shape: Shape, choice: Choice, state_per_param: float) -> float:
-    """Optimizer-state bytes beyond `state_per_param` x parameters: step counters, and under torchao the FP32 states
-    of the small tensors it does not quantize and the lookup tables of those it does."""
+def optimizer_state_overhead(shape: Shape, choice: Choice, state_per_param: float) -> float:
+    """Optimizer-state bytes beyond `state_per_param` x the trainable parameters (the per-parameter bytes of the
+    moments): AdamW's 4-byte step counter per tensor, and under torchao the FP32 states of the small tensors it does
+    not quantize and the lookup tables of those it does. A few KiB to MiB: bookkeeping, not a lesson."""
+    check_instance("shape", shape, SHAPES)
+    check_instance("choice", choice, Choice)
+    check_number("state_per_param", state_per_param, minimum=0.0)
     if choice.optimizer in ("sgd", "sgd-momentum"):
         return 0.0
     sizes = parameter_tensor_sizes(shape, choice)
