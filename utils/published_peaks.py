@@ -262,8 +262,8 @@ ROWS: tuple[PublishedPeak, ...] = (
                      "5.9 GiB of unfused Hugging Face activations, 13.1 GiB in all, against a reserved 19.5 GiB. "
                      "Not explained by any ledger line; candidates, not verified here: FSDP1's all-gather and "
                      "reduce-scatter buffers on their own CUDA streams (the caching allocator keeps per-stream "
-                     "pools), the full BF16 state dict materialized on each rank at load, and the allocator's "
-                     "reserve (the figure is max reserved)"),
+                     "pools), FSDP's wrapping of the model that rank 0 loaded (sync_module_states broadcasts it), and "
+                     "the allocator's reserve (the figure is max reserved)"),
     _tt_2024_04(key="torchtune-7b-full-lowmem-4090",
                 regime="full_finetune_single_device with 7B_full_low_memory.yaml: bitsandbytes PagedAdamW, "
                        "optimizer_in_bwd=True, activation checkpointing, batch 2",
