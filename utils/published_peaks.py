@@ -240,7 +240,7 @@ ROWS: tuple[PublishedPeak, ...] = (
                 lora_rank=8, lora_targets="attention+mlp", quantize_base=True, checkpointing=True,
                 published=9.29, bounds=(0.45, 1.05), expected_miss=True,
                 note="the figure is the run's maximum *reserved*, set while the model loads: " + _INIT + "; the "
-                     "training step (the ledger: 3.7 GiB of NF4 base with the BF16 embeddings, under 1 GiB "
+                     "training step (the ledger: 3.7 GiB of NF4 base, BF16 embeddings and adapters, 1.0 GiB "
                      "besides) fits inside what loading left reserved, so the ledger cannot reach 9.29 GB"),
     _tt_2024_04(key="torchtune-7b-lora-4090",
                 regime="lora_finetune_single_device with 7B_lora_single_device.yaml: LoRA r=8 on q_proj and "
@@ -353,7 +353,7 @@ ROWS: tuple[PublishedPeak, ...] = (
                 lora_rank=64, lora_targets="attention+mlp", quantize_base=True, chunked_loss=1024,
                 checkpointing=True, unmodelled=_COMPILED + "; activation offloading; adapters in BF16",
                 published=4.6, bounds=(1.1, 2.0), expected_miss=True,
-                note="the NF4 layers and the BF16 tied embedding (2.4 GiB) are exact; the rest of the ledger is "
+                note="the NF4 layers and the BF16 tied embedding (2.1 GiB) are exact; the rest of the ledger is "
                      "what this run offloads or compiles away, which weighs more beside a 4-bit base"),
     # --- torchtitan, December 2024: Llama 3.1 8B training with FSDP2 on 96 GB H100s, 8,192 tokens per sequence
     # (train_configs/llama3_8b.toml), FP32 sharded parameters and AdamW states, BF16 compute ---
