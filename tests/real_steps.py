@@ -41,6 +41,11 @@ SMALL_CONFIGS: dict[str, dict[str, Any]] = {
     "qwen2": {"model_type": "qwen2", "num_hidden_layers": 3, "hidden_size": 224, "num_attention_heads": 7,
               "num_key_value_heads": 1, "intermediate_size": 608, "vocab_size": 30000, "tie_word_embeddings": False,
               "max_position_embeddings": 2048},
+    # a small vocabulary and short sequences: the model states outweigh the activations, and the optimizer step
+    # (AdamW's multi-tensor temporaries) sets the peak
+    "llama-small-vocab": {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+                          "num_key_value_heads": 2, "intermediate_size": 688, "vocab_size": 512,
+                          "tie_word_embeddings": False, "max_position_embeddings": 2048},
     "mixtral": {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 192, "num_attention_heads": 6,
                 "num_key_value_heads": 2, "intermediate_size": 384, "vocab_size": 16000,
                 "tie_word_embeddings": False, "num_local_experts": 4, "num_experts_per_tok": 2,
@@ -169,7 +174,10 @@ def build(kind: str, regime: Regime, seed: int = 0) -> tuple[torch.nn.Module, An
     if c.precision == "bf16" or c.lora_rank:
         model = model.to(torch.bfloat16)
     if c.checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if c.lora_rank:
         from peft import LoraConfig, get_peft_model
 
@@ -243,6 +251,33 @@ def measure(kind: str, regime: Regime, seq_len: int, seed: int = 0) -> dict[str,
     shape = ArchitectureShape(from_hf_config(SMALL_CONFIGS[kind]), seq_len, kind)
     parts = memory_of(shape, c)
     return {"kind": kind, "regime": regime.name, "measured": meter.peak, "malloc": meter.malloc_measured,
+            "peak op": meter.peak_op, "ledger": sum(parts.values()), "parts": parts}
+
+
+def measure_gpt(cfg: Any, regime: Regime, seed: int = 0) -> dict[str, Any]:
+    """`measure` for the course's GPT (utils.models.GPT), trained as `utils.plan.run_choice` trains it."""
+    from utils.estimate import shape_of
+    from utils.plan import _prepare
+
+    from functools import partial
+
+    c = regime.choice
+    with mock.patch.object(torch.optim, "AdamW", partial(torch.optim.AdamW, foreach=True)):  # the CUDA default
+        run = _prepare(cfg, c, seed)
+    with run.no_compile:
+        run.optimizer_step()  # creates the optimizer's state
+        for i in range(c.accumulation - 1):
+            run.micro_step(run.inputs[i * c.micro_batch:(i + 1) * c.micro_batch],
+                           run.targets[i * c.micro_batch:(i + 1) * c.micro_batch])
+        gc.collect()
+        state = [list(run.model.parameters()), list(run.model.buffers()), [p.grad for p in run.model.parameters()],
+                 [list(s.values()) for s in run.opt.state.values()], run.inputs, run.targets]
+        meter = StorageMeter(_storages(state))
+        del state
+        with meter:
+            run.last_micro_batch()
+    parts = memory_of(shape_of(cfg), c)
+    return {"kind": "GPT", "regime": regime.name, "measured": meter.peak, "malloc": meter.malloc_measured,
             "peak op": meter.peak_op, "ledger": sum(parts.values()), "parts": parts}
 
 

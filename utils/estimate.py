@@ -380,7 +380,7 @@ def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precisi
     return shape.n_layer * per_layer + outside
 
 
-def sdpa_attention(capability: tuple[int, int] | None, precision: str) -> str:
+def sdpa_attention(precision: str, capability: tuple[int, int] | None = None) -> str:
     """Which of `transformer_activation_bytes`' SDPA kernels torch runs for the GPT's attention: "sdpa" (a fused
     kernel that keeps a log-sum-exp per head and token: the CPU's flash kernel, CUDA's flash kernel from compute
     capability 8.0 in FP16/BF16, or its memory-efficient kernel, which takes FP32 and FP16 from 5.0 and BF16 only
@@ -469,8 +469,8 @@ def validate(configs: Sequence[dict[str, Any]] | None = None) -> list[list[str]]
         shape = shape_of(cfg)
         n = shape.n_params
         guesses = [estimate_memory(model, (x, y), **kwargs).total,
-                   transformer_memory(shape, cfg_dict["batch"], attention=sdpa_attention(capability, kwargs[
-                       "precision"]), **kwargs).total]
+                   transformer_memory(shape, cfg_dict["batch"], attention=sdpa_attention(kwargs["precision"],
+                                                                                          capability), **kwargs).total]
         guesses += [rule(n, n * 4) for rule in RULES_OF_THUMB.values()]
         rows.append([cfg_dict["precision"], cfg_dict["optimizer"], "on" if cfg_dict["checkpointing"] else "off",
                      str(cfg_dict["batch"]), f"{measured:,}"]

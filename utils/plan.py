@@ -453,7 +453,10 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
                 parts["dequantized matrix (NF4)"] = int(nf4)
         return parts
 
-    saved, logprobs, layer = acts["saved activations"], timeline["log-probabilities"], timeline["per layer"]
+    batch = BATCH_BYTES_PER_TOKEN * choice.micro_batch * shape.seq_len * (choice.accumulation - 1)  # the other
+    # micro-batches' ids and targets, which the loop holds for the whole optimizer step
+    saved = acts["saved activations"] + batch
+    logprobs, layer = timeline["log-probabilities"], timeline["per layer"]
     one_layer = saved - logprobs - (shape.n_layer - 1) * layer
     recomputed = acts["recomputed block"]
     lora_layer = lora / shape.n_layer
@@ -465,7 +468,8 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         "first layer's backward": moment(before + head, saved - logprobs, recomputed, lora_held=lora,
                                          nf4=dequantized),
         "last layer's backward": moment(grads, one_layer, recomputed, lora_held=lora_layer, nf4=dequantized),
-        "optimizer step": moment(grads, 0, step=step_temporaries),
+        "optimizer step": moment(grads, batch + BATCH_BYTES_PER_TOKEN * choice.micro_batch * shape.seq_len,
+                                 step=step_temporaries),
     }
 
 
@@ -520,17 +524,21 @@ def optimizer_state_overhead(shape: Shape, choice: Choice, state_per_param: floa
     return extra
 
 
+BATCH_BYTES_PER_TOKEN = 20  # the batch a training loop holds through the step: int64 ids and targets, and scalars
+# (chapter 01's formula counts the same 20 B per token of the micro-batch among the saved activations)
+
+
 def _step_temporary_bytes(shape: Shape, choice: Choice, trainable: float, moment_size: float) -> float:
-    """The optimizer step's temporaries on the GPU: AdamW's multi-tensor step keeps one moment-sized tensor per
-    trainable parameter (the square root of the second moment); torchao's 8-bit and 4-bit AdamW step one
-    parameter at a time and dequantize its two moments to FP32 (the largest parameter, the embedding or head);
-    SGD updates in place."""
+    """The optimizer step's temporaries: AdamW's multi-tensor step (the CUDA default) keeps one moment-sized tensor
+    per trainable parameter (the square root of the second moment); torchao's 8-bit and 4-bit AdamW step one
+    tensor at a time (`single_param_adam`), in FP32: the weight, the dequantized moments and their updates, 6 FP32
+    copies of the largest tensor when the step runs eagerly (measured on a CPU, tests/test_real_steps.py; compiled
+    on a GPU it fuses some of them away: an upper bound there); SGD updates in place."""
     if not trainable or choice.optimizer in ("sgd", "sgd-momentum"):
         return 0
     if choice.optimizer in ("adamw", "adam"):
         return moment_size * trainable
-    largest = shape.vocab_size * shape.d_model if not choice.lora_rank else 0
-    return 3 * 4 * largest
+    return 6 * 4 * max(parameter_tensor_sizes(shape, choice))
 
 
 def _with_layers(shape: Shape, n_layer: int) -> Shape:
@@ -985,9 +993,11 @@ def _prepare(cfg: Any, choice: Choice, seed: int) -> _Prepared:
     def micro_step(xs: torch.Tensor, ys: torch.Tensor) -> float:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_autocast):
             logits = model(xs)
-        if bf16_base:
-            logits = logits.float()  # the loss in FP32, as memory_of assumes for a BF16 base
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), ys.reshape(-1))
+            if bf16_base:
+                logits = logits.float()  # the loss in FP32, as memory_of assumes for a BF16 base
+            # inside the region, as torch.amp's recipe has it: autocast runs the loss's log-softmax in FP32
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), ys.reshape(-1))
+        del logits  # not kept through backward (the loss saved what it needs): Hugging Face's Trainer drops them too
         (loss / choice.accumulation).backward()
         return loss.item()
 
