@@ -22,7 +22,6 @@ from typing import Any
 from unittest import mock
 
 import torch
-import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -159,7 +158,7 @@ def _nf4_base(model: torch.nn.Module) -> None:
                                                requires_grad=False)
 
 
-def build(kind: str, regime: Regime, seed: int = 0) -> tuple[torch.nn.Module, Any, ArchitectureShape | None]:
+def build(kind: str, regime: Regime, seed: int = 0) -> tuple[torch.nn.Module, Any]:
     """A small Hugging Face model of `kind` (SMALL_CONFIGS) set up as `regime` says, with its optimizer."""
     import warnings
 
@@ -190,7 +189,7 @@ def build(kind: str, regime: Regime, seed: int = 0) -> tuple[torch.nn.Module, An
             warnings.simplefilter("ignore")
             model = get_peft_model(model, LoraConfig(r=c.lora_rank, lora_alpha=2 * c.lora_rank, lora_dropout=0.0,
                                                      target_modules=targets))
-        for n, p in model.named_parameters():
+        for p in model.parameters():
             if p.requires_grad:
                 p.data = p.data.float()  # FP32 adapters
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -200,7 +199,7 @@ def build(kind: str, regime: Regime, seed: int = 0) -> tuple[torch.nn.Module, An
         from torchao.optim import AdamW4bit, AdamW8bit
 
         opt = (AdamW8bit if c.optimizer == "adamw8bit" else AdamW4bit)(trainable, lr=1e-4)
-    return model, opt, ArchitectureShape(from_hf_config(cfg), 0 or 1)
+    return model, opt
 
 
 def _loss(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
@@ -219,7 +218,7 @@ def measure(kind: str, regime: Regime, seq_len: int, seed: int = 0) -> dict[str,
     the two meters' peaks, the ledger's lines and total for the same configuration, and the operator at the peak.
     A first step runs unmetered (it creates the optimizer's state); the metered one is the second."""
     c = regime.choice
-    model, opt, _ = build(kind, regime, seed)
+    model, opt = build(kind, regime, seed)
     gen = torch.Generator().manual_seed(seed)
     vocab = SMALL_CONFIGS[kind]["vocab_size"]
     batches = [torch.randint(0, vocab, (c.micro_batch, seq_len), generator=gen) for _ in range(c.accumulation)]
@@ -256,10 +255,10 @@ def measure(kind: str, regime: Regime, seq_len: int, seed: int = 0) -> dict[str,
 
 def measure_gpt(cfg: Any, regime: Regime, seed: int = 0) -> dict[str, Any]:
     """`measure` for the course's GPT (utils.models.GPT), trained as `utils.plan.run_choice` trains it."""
+    from functools import partial
+
     from utils.estimate import shape_of
     from utils.plan import _prepare
-
-    from functools import partial
 
     c = regime.choice
     with mock.patch.object(torch.optim, "AdamW", partial(torch.optim.AdamW, foreach=True)):  # the CUDA default

@@ -10,8 +10,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from utils.estimate import TransformerShape, checkpointed
 from utils.models import GPT, GPTConfig, gpt_batch
-from utils.plan import (Choice, activation_terms, block_parameters, costs, line_maxima, lora_parameters, memory_of,
-                        step_moments)
+from utils.plan import (
+    Choice,
+    activation_terms,
+    block_parameters,
+    costs,
+    line_maxima,
+    lora_parameters,
+    memory_of,
+    step_moments,
+)
 
 SEVEN = TransformerShape(32, 4096, 32, 2048, 32000)
 

@@ -10,10 +10,10 @@ from utils.plan import (
     line_maxima,
     lora_parameters,
     memory_of,
-    parameter_tensor_sizes,
-    step_moments,
     optimizer_state_bytes_per_param,
+    parameter_tensor_sizes,
     plan,
+    step_moments,
     usable_budget,
     zero_bytes_per_gpu,
 )

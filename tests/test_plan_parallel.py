@@ -9,8 +9,7 @@ import pytest
 from utils.architectures import shape_of_model
 from utils.estimate import TransformerShape
 from utils.parallel import pipeline_layers_held
-from utils.plan import (Choice, costs, costs_table, line_maxima, memory_of, plan, replicated_layer_bytes,
-                        state_share)
+from utils.plan import Choice, costs, costs_table, line_maxima, memory_of, plan, replicated_layer_bytes, state_share
 
 GPT3 = TransformerShape(96, 12288, 96, 2048, 51200)  # GPT-3 175B's shape (Korthikanti's Table 3), 2,048 tokens
 
