@@ -2,6 +2,7 @@
 GPU and host RAM it offers, and the host RAM slider changes the plan (offload needs the host to hold 16 B/param)."""
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -60,14 +61,26 @@ def test_the_widgets_first_picture_is_llama_3_8b_fitting_by_offload(plan_report,
     fig = report("Llama-3-8B", 4096, "A10G (24 GB)", 32, 1, 128, True, True, True)
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     plt.close(fig)
-    assert labels[-1].startswith("+ optimizer offload") and "+ chunked linear-cross-entropy" in labels
+    assert labels[-2].startswith("+ optimizer offload") and "+ chunked linear-cross-entropy" in labels
+    assert labels[-1] == "the largest micro-batch that fits"  # offload fits, then the micro-batch widens
     assert "fits" in capsys.readouterr().out
     p = plan(shape_of_model("Llama-3-8B", 4096), usable_budget(int(REPORTED_GIB["A10G (24 GB)"] * GIB)), 32,
              host_bytes=128 * GIB, chunked_loss=1024)
     first = dict(p.history_parts)["full fine-tuning in FP32, whole batch at once"]
-    assert round(first["saved activations"] / GIB, -1) == 1670  # "about 1,670 GiB of activations"
-    assert first["saved activations"] > 0.9 * sum(first.values())
+    assert round(first["saved activations"] / GIB, -1) == 1510  # "about 1,510 GiB of activations"
+    assert first["saved activations"] > 0.85 * sum(first.values())
+    assert (p.choice.micro_batch, p.choice.accumulation) == (2, 16)  # "2 sequences per micro-batch"
     assert round(p.host_total / GIB) == 121  # "the host RAM it needs (121 of the 128 GiB here: tight ...)"
+
+
+@pytest.mark.parametrize("gpu", ["L40S (48 GB)", "A40 (48 GB)", "RTX A6000 (48 GB)"])
+def test_qloras_claim_a_70b_fine_tunes_on_one_48_gb_gpu(gpu):
+    """QLoRA (Dettmers et al. 2023): a 65B model fine-tunes on a single 48 GB GPU. The panel offers the 48 GB cards,
+    so the chapter's claim can be checked in it: Llama-2-70B and the 65B stand-in at 512 tokens plan to QLoRA."""
+    for shape in (shape_of_model("Llama-2-70B", 512), replace(PRESETS["65B"], seq_len=512)):
+        p = plan(shape, usable_budget(int(REPORTED_GIB[gpu] * GIB)), 16, host_bytes=64 * GIB)
+        assert p.fits and p.choice.quantize_base and p.choice.lora_rank, p.steps[-3:]
+    assert "H200 (141 GB)" in REPORTED_GIB
 
 
 def test_host_ram_changes_the_plan(plan_report, capsys):

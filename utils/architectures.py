@@ -317,3 +317,41 @@ def hf_model_on_meta(arch_or_config: Architecture | dict[str, Any], **overrides:
     config = transformers.AutoConfig.for_model(**(arch_or_config | overrides), attn_implementation="sdpa")
     with torch.device("meta"):
         return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def traced_memory(config: dict[str, Any], batch: int, seq_len: int, *, precision: str = "bf16",
+                  checkpointing: bool = False, optimizer: str = "adamw") -> Any:
+    """One training step of the Hugging Face model of `config` (a config dict: HF_CONFIGS[name]) traced on fake
+    tensors (`utils.estimate.estimate_memory`), fast: the model is built and traced with one layer and with two,
+    and every part is extrapolated to the config's layers as x1 + (L - 1)(x2 - x1), which is exact for identical
+    layers (tests/test_estimate_fast.py). Building the 32 layers of an 8B model on the meta device alone took
+    longer than this whole estimate. The trace keeps what transformers keeps under fake tensors (a T x T mask and K
+    and V repeated to every head, see `activation_bytes`): a second witness beside the real steps."""
+    import torch
+    from torch import nn
+
+    from utils.estimate import MemoryEstimate, estimate_memory
+
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a config dict (HF_CONFIGS[name]), got {type(config).__name__}")
+    layers = check_int("config['num_hidden_layers']", config.get("num_hidden_layers"), minimum=1)
+    check_int("batch", batch, minimum=1)
+    check_int("seq_len", seq_len, minimum=1)
+    check_bool("checkpointing", checkpointing)
+
+    class LossOf(nn.Module):
+        def __init__(self, model: nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids, labels=labels, use_cache=False).loss
+
+    ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
+    parts = []
+    for k in (1, 2):
+        model = LossOf(hf_model_on_meta(config, num_hidden_layers=k,
+                                        max_position_embeddings=max(seq_len, config.get("max_position_embeddings", 0))))
+        parts.append([v for _, v in estimate_memory(model, (ids, ids), optimizer=optimizer, precision=precision,
+                                                    checkpointing=checkpointing).rows()])
+    return MemoryEstimate(*[one + (layers - 1) * (two - one) for one, two in zip(*parts, strict=True)])

@@ -14,13 +14,19 @@ MIB = 2**20
 # What torch reports as total memory (torch.cuda.get_device_properties(i).total_memory) for the GPUs workshops
 # rent, in GiB: less than the marketed GB; typical, approximate values (not logged from a run here: the L4 and the
 # A10G are both 24 GB GDDR6 cards). On a GPU the notebook reads the real figure instead.
+# The 48 GB cards and the H200 as torch's out-of-memory messages print them ("GPU 0 has a total capacity of ..."):
+# RTX A6000 47.54 GiB (ECC off by default); L40S 44.42 GiB (github.com/stepfun-ai/Step-Video-T2V/issues/8, 8 x L40S);
+# H200 139.80 GiB (the course's lent H200 machines report about 139 GiB too); the A40, a 48 GB GDDR6 card with ECC on
+# like the L40S, is given the L40S's figure (approximate: no log of its own was read).
 REPORTED_GIB: dict[str, float] = {"T4 (16 GB)": 14.7, "A10G (24 GB)": 22.5, "L4 (24 GB)": 22.0,
-                                  "RTX 4090 (24 GB)": 23.6, "A100 (40 GB)": 39.4, "A100 (80 GB)": 79.1,
-                                  "H100 (80 GB)": 79.1}
+                                  "RTX 4090 (24 GB)": 23.6, "A100 (40 GB)": 39.4, "L40S (48 GB)": 44.4,
+                                  "A40 (48 GB)": 44.4, "RTX A6000 (48 GB)": 47.5, "A100 (80 GB)": 79.1,
+                                  "H100 (80 GB)": 79.1, "H200 (141 GB)": 139.8}
 # Short names (chapter 01's) for the same GPUs.
 GPU_ALIASES: dict[str, str] = {"T4": "T4 (16 GB)", "A10G": "A10G (24 GB)", "L4": "L4 (24 GB)",
                                "RTX 4090": "RTX 4090 (24 GB)", "A100 40GB": "A100 (40 GB)",
-                               "A100 80GB": "A100 (80 GB)", "H100": "H100 (80 GB)"}
+                               "A100 80GB": "A100 (80 GB)", "H100": "H100 (80 GB)", "L40S": "L40S (48 GB)",
+                               "A40": "A40 (48 GB)", "RTX A6000": "RTX A6000 (48 GB)", "H200": "H200 (141 GB)"}
 # Headroom: the CUDA context (driver, kernels' code) takes 300-600 MiB of the reported memory and is invisible to
 # max_memory_allocated; cuBLAS keeps a workspace per handle and stream (up to 2 x 32 MiB on an H100); the caching
 # allocator loses some of what it reserves to fragmentation (chapter 07 measures 5-15% on uneven workloads).

@@ -1,0 +1,91 @@
+"""The planner's errors found against the outside world (the real steps are in tests/test_real_steps.py): each test
+here fails on the ledger before the fix."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from utils.architectures import HF_CONFIGS, hf_model_on_meta, shape_of_model, traced_memory
+from utils.estimate import estimate_memory, sdpa_attention, shape_of, transformer_activation_bytes
+from utils.measure import saved_activation_bytes
+from utils.models import GPT, GPTConfig, gpt_batch
+from utils.plan import GIB, REPORTED_GIB, Choice, plan, usable_budget
+
+LLAMA3 = shape_of_model("Llama-3-8B", 4096)
+
+
+def test_with_several_gpus_sharding_comes_before_8_bit_adamw():
+    """Sharding keeps AdamW's arithmetic exact; 8-bit AdamW changes it. Llama-3-8B on 8 x H100 (full fine-tuning):
+    the plan shards (ZeRO-1 already fits) with 32-bit AdamW, where it used to answer 8-bit AdamW + ZeRO-2."""
+    p = plan(LLAMA3, usable_budget(int(REPORTED_GIB["H100 (80 GB)"] * GIB)), 32, n_gpus=8, allow_lora=False,
+             allow_offload=False)
+    assert p.fits and p.choice.optimizer == "adamw" and p.choice.sharding != "none"
+    labels = [reason for reason, _ in p.history]
+    assert not any("8-bit" in label for label in labels)
+
+
+def test_the_interleaved_schedule_needs_micro_batches_divisible_by_stages():
+    """Megatron-LM refuses the interleaved schedule when the micro-batches do not divide by the stages (with fewer
+    micro-batches than stages the ledger counted 11.39 GiB where the schedule holds less)."""
+    with pytest.raises(ValueError, match="accumulation"):
+        Choice(precision="bf16", pipeline_stages=4, pipeline_chunks=2, accumulation=2)
+    with pytest.raises(ValueError, match="accumulation"):
+        Choice(precision="bf16", pipeline_stages=4, pipeline_chunks=2, accumulation=6)
+    Choice(precision="bf16", pipeline_stages=4, pipeline_chunks=2, accumulation=8)  # fine
+    Choice(precision="bf16", pipeline_stages=4, accumulation=2)  # 1F1B: fewer in flight, modelled
+
+
+def test_sdpa_kernel_by_capability_and_dtype():
+    """BF16 below compute capability 8.0 (a T4, a V100): flash needs 8.0 and the memory-efficient kernel takes BF16
+    only from 8.0, so SDPA runs its math kernel, which keeps the T x T probabilities."""
+    assert sdpa_attention("bf16-mixed", (7, 5)) == sdpa_attention("bf16", (7, 0)) == "sdpa-math"
+    assert sdpa_attention("fp16-mixed", (7, 5)) == sdpa_attention("fp32", (7, 5)) == "sdpa"
+    assert sdpa_attention("bf16-mixed", (8, 0)) == sdpa_attention("bf16", (9, 0)) == "sdpa"
+    assert sdpa_attention("bf16") == "sdpa"  # a CPU
+    with pytest.raises(TypeError, match="capability"):
+        sdpa_attention("bf16", "7.5")
+
+
+def test_the_math_kernels_bytes_are_measured():
+    """The math kernel's saved tensors, measured with the CPU's math backend forced (FP32, where the CPU keeps the
+    dtype): the probabilities c.b.h.T^2 and the scaled q and k (2c.n.d) instead of the log-sum-exp."""
+    cfg = GPTConfig(n_layer=2, d_model=64, n_head=2, seq_len=128, vocab_size=256)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    x, y = gpt_batch(cfg, 1)
+
+    def loss() -> torch.Tensor:
+        return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+    fused = saved_activation_bytes(loss)
+    with sdpa_kernel(SDPBackend.MATH):
+        math = saved_activation_bytes(loss)
+    shape = shape_of(cfg)
+    predicted = transformer_activation_bytes(shape, 1, attention="sdpa-math") - transformer_activation_bytes(shape, 1)
+    assert math - fused == predicted == 2 * (4 * 2 * 128**2 + 2 * 4 * 128 * 64 - 4 * 2 * 128)
+
+
+def test_traced_memory_builds_two_layers_and_equals_the_full_trace():
+    """The fast traced estimate builds the model with one layer and with two (not its 32) and extrapolates: the same
+    bytes as the full trace, part by part."""
+    small = {"num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 176, "vocab_size": 512, "max_position_embeddings": 32}
+    config = HF_CONFIGS["Llama-3-8B"] | small
+
+    class LossOf(torch.nn.Module):
+        def __init__(self, m: torch.nn.Module) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            return self.m(input_ids=ids, labels=labels, use_cache=False).loss
+
+    ids = torch.zeros(2, 32, dtype=torch.long, device="meta")
+    for kwargs in ({"precision": "bf16"}, {"precision": "bf16-mixed", "checkpointing": True}):
+        full = estimate_memory(LossOf(hf_model_on_meta(config)), (ids, ids), **kwargs)
+        assert traced_memory(config, 2, 32, **kwargs) == full
+    with pytest.raises(TypeError, match="config"):
+        traced_memory("Llama-3-8B", 1, 32)
+    with pytest.raises(TypeError, match="num_hidden_layers"):
+        traced_memory({"hidden_size": 64}, 1, 32)
