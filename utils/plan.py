@@ -428,6 +428,10 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
     persistent = choice.sharding in ("zero2", "zero3") or choice.offload_optimizer
     before = grads if choice.accumulation > 1 or persistent else 0
     head = 0 if before or choice.lora_rank else grads * (shape.vocab_size * d) / n
+    # the embeddings' gradients are born last, after the first layer's backward (a tied table's with the head's)
+    tied = isinstance(shape, ArchitectureShape) and shape.arch.tied_embeddings
+    embeddings = shape.vocab_size * d + (0 if isinstance(shape, ArchitectureShape) else shape.seq_len * d)
+    unborn = 0 if before or choice.lora_rank or tied else grads * embeddings / n
     step_temporaries = int(_step_temporary_bytes(shape, choice, trainable, moment_size))
     lora = 0
     if choice.lora_rank:  # each adapter saves its rank-r intermediate (FP32)
@@ -457,7 +461,9 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
     # micro-batches' ids and targets, which the loop holds for the whole optimizer step
     saved = acts["saved activations"] + batch
     logprobs, layer = timeline["log-probabilities"], timeline["per layer"]
-    one_layer = saved - logprobs - (shape.n_layer - 1) * layer
+    # the first layer's backward: its own saved tensors (recomputed under checkpointing), the batch's ids and
+    # targets that the embedding's backward and the loop hold; the layers above and the head have freed theirs
+    one_layer = layer + BATCH_BYTES_PER_TOKEN * choice.micro_batch * shape.seq_len + batch
     recomputed = acts["recomputed block"]
     lora_layer = lora / shape.n_layer
     return {
@@ -467,7 +473,8 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
                                 loss=acts["logits gradient (FP32)"], lora_held=lora),
         "first layer's backward": moment(before + head, saved - logprobs, recomputed, lora_held=lora,
                                          nf4=dequantized),
-        "last layer's backward": moment(grads, one_layer, recomputed, lora_held=lora_layer, nf4=dequantized),
+        "last layer's backward": moment(grads - unborn, one_layer, recomputed, lora_held=lora_layer,
+                                        nf4=dequantized),
         "optimizer step": moment(grads, batch + BATCH_BYTES_PER_TOKEN * choice.micro_batch * shape.seq_len,
                                  step=step_temporaries),
     }
@@ -538,7 +545,8 @@ def _step_temporary_bytes(shape: Shape, choice: Choice, trainable: float, moment
         return 0
     if choice.optimizer in ("adamw", "adam"):
         return moment_size * trainable
-    return 6 * 4 * max(parameter_tensor_sizes(shape, choice))
+    shards = choice.n_gpus if choice.sharding != "none" else 1  # each rank steps its shard of every tensor
+    return 6 * 4 * max(parameter_tensor_sizes(shape, choice)) / shards
 
 
 def _with_layers(shape: Shape, n_layer: int) -> Shape:
