@@ -523,7 +523,8 @@ if __name__ == "__main__":
 # (`utils.budget.REPORTED_GIB`: a T4 14.7 GiB, an A10G 22.5 GiB), and the CUDA context, cuBLAS workspaces and the
 # allocator's fragmentation take some of that too: `GPU_USABLE_BYTES` is `utils.budget.gpu_budget`, the same
 # budget chapter 09's planner uses.
-GPU_MEMORY_GB: dict[str, int] = {"T4": 16, "A10G": 24, "A100 40GB": 40, "A100 80GB": 80, "H100": 80}
+GPU_MEMORY_GB: dict[str, int] = {"T4": 16, "A10G": 24, "A100 40GB": 40, "L40S": 48, "A40": 48, "RTX A6000": 48,
+                                 "A100 80GB": 80, "H100": 80, "H200": 141}
 GPU_USABLE_BYTES: dict[str, int] = {name: gpu_budget(name) for name in GPU_MEMORY_GB}
 
 
