@@ -28,6 +28,18 @@ def test_links_to_repository_files_go_to_github() -> None:
     assert "(https://github.com/o/n/blob/main/labs/05_x.ipynb)" in out and "(../docs/glossary.md#ulp)" in out
 
 
+def _printed_tables(chapter: Path) -> int:
+    """The Markdown tables a chapter's committed outputs print (text/markdown outputs with a header separator)."""
+    import json
+
+    count = 0
+    for cell in json.loads(chapter.read_text())["cells"]:
+        for out in cell.get("outputs", []):
+            text = "".join(out.get("data", {}).get("text/markdown", ""))
+            count += len(re.findall(r"^\|[-| :]+\|\s*$", text, flags=re.MULTILINE))
+    return count
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("book")
@@ -91,6 +103,15 @@ def test_a_chapter_page_in_chromium(site: Path) -> None:
                 page.screenshot(path=str(ARTIFACTS / "book_chapter02.png"))
                 page.locator("a.right-next").first.click()  # the footer's link to the next chapter
                 page.wait_for_url("**/03_loss_scaling.html", timeout=30_000)
+                for chapter in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+                    printed = _printed_tables(chapter)
+                    page.goto(f"{base}/notebooks/{chapter.stem}.html")
+                    page.wait_for_selector("div.cell_output", timeout=30_000)
+                    rendered = page.locator("div.cell_output table").count()
+                    raw = page.locator("div.cell_output p", has_text="|---").count()
+                    assert rendered >= printed and raw == 0, (
+                        f"{chapter.stem}: the chapter prints {printed} Markdown tables, the page renders {rendered} "
+                        f"as tables and shows {raw} as a paragraph of pipes")
                 page.goto(f"{base}/search.html?q=binade")
                 page.wait_for_selector("#search-results li", timeout=30_000)
                 assert page.locator("#search-results li").count() > 0
@@ -99,3 +120,15 @@ def test_a_chapter_page_in_chromium(site: Path) -> None:
                 browser.close()
     finally:
         stop_group(server)
+
+
+def test_a_pipe_in_a_header_or_cell_keeps_the_table_a_table() -> None:
+    """Chapter 05 printed a header 'mean |running_mean|': unescaped, its pipes made the header 4 columns over a
+    3-column separator, and every Markdown renderer showed the table as a paragraph of pipes."""
+    from markdown_it import MarkdownIt
+
+    from utils.tables import format_table
+
+    text = format_table([["plain", 1, "a|b"]], ["after one step", "n", "mean |running_mean|"])
+    tokens = [t.type for t in MarkdownIt("commonmark").enable("table").parse(text)]
+    assert tokens.count("table_open") == 1 and tokens.count("th_open") == 3

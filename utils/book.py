@@ -44,6 +44,9 @@ nb_execution_mode = "off"  # the committed outputs are a real run's; the site ne
 nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
 nb_ipywidgets_js = {{}}  # so no widget manager is fetched from a CDN: the snapshots need none
 myst_enable_extensions = ["dollarmath", "colon_fence", "html_image"]
+# The chapters print their tables as Markdown (text/markdown outputs): parse those with MyST, which has pipe tables,
+# not with myst-nb's default CommonMark, which has none and shows a table as one paragraph of pipes and dashes.
+nb_render_markdown_format = "myst"
 myst_heading_anchors = 3
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
 exclude_patterns = ["_build"]

@@ -26,6 +26,7 @@ def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     for i, row in enumerate(rows):
         if isinstance(row, str | bytes) or not isinstance(row, Sequence):
             raise TypeError(f"rows[{i}] must be a sequence of cells, got {type(row).__name__}")
+    headers = [h.replace("|", "\\|") for h in headers]  # as _cell does: a "|" would end the column, and the table
     body = [[_cell(v) for v in row] for row in rows]
     for i, row in enumerate(body):
         if len(row) != len(headers):
