@@ -77,9 +77,10 @@ book: $(STAMP)
 claims: $(STAMP)
 	$(PY) -m utils.results --claims
 
-# What each chapter can do where, and what the saved reference results say about each claim.
+# What each chapter can do where (one block per device, 100 columns), and what the saved reference results say
+# about each claim.
 report: $(STAMP)
-	$(PY) -m utils.chapters --matrix
+	$(PY) -m utils.chapters --by-device
 	@echo
 	$(PY) -m utils.results --claims
 

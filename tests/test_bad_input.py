@@ -243,6 +243,8 @@ def _entries() -> dict[str, Entry]:
                                             {"shape": "module", "rank": "count", "fused_qkv": "flag"}),
         "utils.plan.memory_of": Entry(plan.memory_of, lambda: {"shape": shape, "choice": plan.Choice()},
                                       {"shape": "module", "choice": "module"}),
+        "utils.chapters.support_by_device": Entry(chapters.support_by_device, lambda: {"width": 100},
+                                                  {"width": "count"}),
         "utils.plan.step_moments": Entry(plan.step_moments, lambda: {"shape": shape, "choice": plan.Choice()},
                                          {"shape": "module", "choice": "module"}),
         "utils.plan.peak_moment": Entry(plan.peak_moment, lambda: {"shape": shape, "choice": plan.Choice()},

@@ -73,6 +73,7 @@ def test_every_reader_reads_every_file_the_writers_write(tmp_path, monkeypatch, 
     assert "Skipped" not in capsys.readouterr().out
     # make claims and make report (python -m utils.chapters --matrix, then python -m utils.results --claims)
     chapters_main(["--matrix"])
+    chapters_main(["--by-device"])  # what make report prints: readable in a 100-column terminal
     results.main(["--claims", "--root", str(tmp_path), "--out", str(tmp_path / "ledger")])
     out, err = capsys.readouterr()
     assert err == "" and "Skipped" not in out and "C01" in out
@@ -170,3 +171,11 @@ def test_load_claims_names_a_damaged_claims_file(tmp_path, content, what):
         results.load_claims(tmp_path / "missing.md")
     with pytest.raises(TypeError, match="path"):
         results.load_claims(None)
+
+
+def test_make_reports_matrix_fits_a_100_column_terminal():
+    from utils.chapters import CHAPTERS, support_by_device
+
+    text = support_by_device()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert all(f"{c.number} {c.title}" in text for c in CHAPTERS) and "H100 (compute capability 9.0)" in text

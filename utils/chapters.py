@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from utils.env import capability_gates
 from utils.tables import format_table
-from utils.validate import check_choice
+from utils.validate import check_choice, check_int
 
 
 @dataclass(frozen=True)
@@ -126,11 +126,35 @@ def support_matrix() -> str:
     return format_table(rows, headers)
 
 
+def support_by_device(width: int = 100) -> str:
+    """The support matrix for a terminal: one block per device, a line per chapter, wrapped at `width` columns (the
+    README's table is wider than any terminal: `make report` prints this)."""
+    import textwrap
+
+    check_int("width", width, minimum=60)
+    devices = [("CPU", None, "cpu"), ("Apple GPU (MPS)", None, "mps")] + [
+        (f"{name} (compute capability {cap[0]}.{cap[1]})", cap, "cuda") for name, cap, _ in REFERENCE_GPUS]
+    indent = max(len(f"{ch.number} {ch.title}") for ch in CHAPTERS) + 4
+    blocks = []
+    for label, cap, device in devices:
+        lines = [label]
+        for ch in CHAPTERS:
+            support = chapter_support(ch.number, cap, device=device) if device == "mps" else \
+                chapter_support(ch.number, cap)
+            lines.append(textwrap.fill(support, width, initial_indent=f"  {ch.number} {ch.title}".ljust(indent),
+                                       subsequent_indent=" " * indent))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--matrix", action="store_true", help="print the README's support matrix")
+    parser.add_argument("--matrix", action="store_true", help="print the README's support matrix (a wide table)")
+    parser.add_argument("--by-device", action="store_true", help="the same, one block per device, 100 columns wide")
     args = parser.parse_args(argv)
-    if args.matrix:
+    if args.by_device:
+        print(support_by_device())
+    elif args.matrix:
         print(support_matrix())
     else:
         print(format_table([(c.number, c.slug, c.title) for c in CHAPTERS], ["NN", "notebook", "title"]))
