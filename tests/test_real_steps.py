@@ -18,6 +18,23 @@ BY_NAME = {r.name: r for r in REGIMES}
 CASES = [("llama", r.name) for r in REGIMES if "8-bit" not in r.name] + [  # (8-bit: the step-peaked case below)
     (kind, name) for kind in ("mistral", "qwen2", "mixtral")
     for name in ("fp32", "autocast + checkpointing", "LoRA r=16")]
+LAYERS_FIRST = ["fp32 + checkpointing", "autocast bf16", "autocast + checkpointing", "autocast + chunked loss"]
+
+
+@pytest.mark.parametrize("regime", LAYERS_FIRST + ["LoRA r=16"])
+def test_the_ledger_bounds_a_step_whose_layers_outweigh_its_logits(regime):
+    """A small vocabulary (512) and 1,024 tokens: the logits are small, so the peak falls in a layer's backward (its
+    recomputed activations, its gradients and the gradients in flight) or at the forward's end. Under LoRA the
+    ledger is above by up to 20% here (about 8 MB on this model, the same absolute excess as on the large-vocabulary
+    Llama, where it is 1.7%): the pure-BF16 layer formula counts more than a BF16 base keeps under autocast; not
+    attributed tensor by tensor."""
+    row = measure("llama-small-vocab", BY_NAME[regime], 256)
+    if regime.startswith("LoRA"):
+        assert row["measured"] <= row["ledger"] <= 1.20 * row["measured"], row
+    else:
+        _check(row)
+
+
 STEP_PEAKED = {  # a small vocabulary and one short sequence: the optimizer step sets the peak
     "fp32, 1 x 32 tokens": Regime("fp32, 1 x 32 tokens", Choice(micro_batch=1)),
     "autocast + 8-bit AdamW, 1 x 32 tokens": Regime("autocast + 8-bit AdamW, 1 x 32 tokens",

@@ -174,9 +174,10 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     transformers' `is_tracing()` is True there (it builds the mask and repeats K/V to the full head count), so
     these terms are checked against real steps metered on a CPU (tests/test_real_steps.py), not against a trace.
     With `padding_mask` (a batch padded to one length) the T x T mask is kept: 2 B per element (4 in FP32).
-    The kernel is SDPA's on a CPU or a GPU whose flash or memory-efficient kernel takes the dtype (what
-    `attention_kernel` decides); where only the math kernel runs (BF16 below compute capability 8.0: a T4, a V100)
-    use `math_attention_bytes` on top. These are Hugging Face's unfused layers: Megatron-LM's or Transformer
+    The kernel is SDPA's on a CPU or a GPU whose flash or memory-efficient kernel takes the dtype
+    (`utils.estimate.sdpa_attention` decides); where only the math kernel runs (BF16 below compute capability 8.0:
+    a T4, a V100) it also keeps the T x T probabilities, which this count does not (the course's GPT models it:
+    `transformer_activation_bytes(..., attention="sdpa-math")`; for these architectures it is not modelled yet). These are Hugging Face's unfused layers: Megatron-LM's or Transformer
     Engine's fused layers keep less (Korthikanti et al.'s 34 sbh per layer against about 1.6 x that here).
 
     Mixture-of-experts layers (Mixtral; transformers indexes each expert's tokens, so a fake-tensor trace cannot

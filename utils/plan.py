@@ -290,15 +290,26 @@ def _activation_timeline(shape: Shape, micro_batch: int, regime: str, checkpoint
         cast_per_block = 12 * shape.d_model**2 + 9 * shape.d_model
     logprobs, loss_backward = 4 * tokens_x_vocab, 2 * 4 * tokens_x_vocab
     loss_forward = (4 if precision == "fp32" else 6) * tokens_x_vocab
+    hidden = (2 if precision == "bf16" else 4) * tokens * shape.d_model  # the final norm's output
+    if isinstance(shape, ArchitectureShape):
+        loss_forward += 16 * tokens  # Hugging Face's loss pads and shifts the int64 labels into a new tensor
+    if isinstance(shape, ArchitectureShape) and precision == "bf16-mixed":
+        loss_forward += 2 * hidden  # FP32 under autocast, held by the model's output while the loss runs (the head
+        # saved its BF16 copy instead), and one more FP32 tokens x d tensor a real step shows alive there (measured
+        # on a CPU, tests/test_real_steps.py; not attributed tensor by tensor)
     if chunk_tokens:
         saved -= logprobs  # the loss's FP32 log-softmax of every logit is not kept
         chunk = min(chunk_tokens, tokens) * shape.vocab_size
-        logprobs, loss_forward = 0, int(CHUNK_LOSS_TENSORS * 4 * chunk)
+        # one chunk's tensors, the hidden states every chunk's checkpoint keeps, and their FP32 gradient
+        logprobs, loss_forward = 0, int(CHUNK_LOSS_TENSORS * 4 * chunk) + hidden
         loss_backward = loss_forward + 4 * tokens * shape.d_model
+    wide = shape.arch.d_ff if isinstance(shape, ArchitectureShape) else 4 * shape.d_model
+    # a layer's backward: the gradient of its widest activation (the MLP's) being made, and the residual stream's
+    in_flight = tokens * max(wide, shape.d_model) * (4 if precision == "fp32" else 2) + hidden
     copies = 2 * shape.n_layer * cast_per_block if checkpointing and precision == "bf16-mixed" else 0
     return {"saved activations": saved, "recomputed block": per_block if checkpointing else 0,
             "logits gradient (FP32)": loss_backward, "autocast copies": copies, "log-probabilities": logprobs,
-            "per layer": layer, "loss forward": loss_forward}
+            "per layer": layer, "loss forward": loss_forward, "in flight": in_flight}
 
 
 def _moments_bytes(lines: dict[str, float], optimizer: str) -> float:
@@ -432,6 +443,8 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
     tied = isinstance(shape, ArchitectureShape) and shape.arch.tied_embeddings
     embeddings = shape.vocab_size * d + (0 if isinstance(shape, ArchitectureShape) else shape.seq_len * d)
     unborn = 0 if before or choice.lora_rank or tied else grads * embeddings / n
+    own = 0 if before or choice.lora_rank else grads * block / n  # a layer's gradients, born in its backward
+    in_flight = timeline["in flight"]
     step_temporaries = int(_step_temporary_bytes(shape, choice, trainable, moment_size))
     lora = 0
     if choice.lora_rank:  # each adapter saves its rank-r intermediate (FP32)
@@ -471,9 +484,9 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
                                 nf4=dequantized),
         "loss backward": moment(before + (head if choice.chunked_loss else 0), saved,
                                 loss=acts["logits gradient (FP32)"], lora_held=lora),
-        "first layer's backward": moment(before + head, saved - logprobs, recomputed, lora_held=lora,
+        "first layer's backward": moment(before + head + own, saved - logprobs + in_flight, recomputed, lora_held=lora,
                                          nf4=dequantized),
-        "last layer's backward": moment(grads - unborn, one_layer, recomputed, lora_held=lora_layer,
+        "last layer's backward": moment(grads - unborn, one_layer + in_flight, recomputed, lora_held=lora_layer,
                                         nf4=dequantized),
         "optimizer step": moment(grads, batch + BATCH_BYTES_PER_TOKEN * choice.micro_batch * shape.seq_len,
                                  step=step_temporaries),
