@@ -177,7 +177,8 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     The kernel is SDPA's on a CPU or a GPU whose flash or memory-efficient kernel takes the dtype
     (`utils.estimate.sdpa_attention` decides); where only the math kernel runs (BF16 below compute capability 8.0:
     a T4, a V100) it also keeps the T x T probabilities, which this count does not (the course's GPT models it:
-    `transformer_activation_bytes(..., attention="sdpa-math")`; for these architectures it is not modelled yet). These are Hugging Face's unfused layers: Megatron-LM's or Transformer
+    `transformer_activation_bytes(..., attention="sdpa-math")`; for these architectures it is not modelled yet).
+    These are Hugging Face's unfused layers: Megatron-LM's or Transformer
     Engine's fused layers keep less (Korthikanti et al.'s 34 sbh per layer against about 1.6 x that here).
 
     Mixture-of-experts layers (Mixtral; transformers indexes each expert's tokens, so a fake-tensor trace cannot
