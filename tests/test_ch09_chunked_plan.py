@@ -21,7 +21,7 @@ def test_chunked_loss_removes_the_fp32_logits():
     assert plain["saved activations"] - chunked["saved activations"] == logits
     assert plain["logits gradient (FP32)"] == 2 * logits  # the log-probabilities' gradient and the logits'
     assert chunked["logits gradient (FP32)"] == int(CHUNK_LOSS_TENSORS * 4 * 1024 * 128256) + \
-        4 * 8192 * BIG_VOCAB.d_model  # one chunk's tensors, and the hidden states' FP32 gradient
+        (4 + 4) * 8192 * BIG_VOCAB.d_model  # one chunk's tensors, the FP32 hidden states and their gradient
     assert sum(chunked.values()) < sum(plain.values())
 
 
