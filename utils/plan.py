@@ -345,7 +345,10 @@ def step_moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
       CUDA default, keeps one moment-sized temporary per parameter: torch/optim/adam.py `_multi_tensor_adam`'s
       `exp_avg_sq_sqrt = torch._foreach_sqrt(...)`).
     Gradients are not counted before they exist: a single micro-batch's are born during backward while the
-    activations are freed (the peak of a timeline, not a sum of each line's largest)."""
+    activations are freed (the peak of a timeline, not a sum of each line's largest). Two habits are assumed, as
+    Hugging Face's Trainer has them: gradients set to None after each step, and the logits not kept through backward
+    (a loop holding `logits` or the model's output while calling backward keeps a fourth tokens x vocabulary tensor
+    at the loss: 2 B per element under autocast, 4 in FP32)."""
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
     return _moments(shape, choice)
