@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import sys
 import tempfile
 import time
 from datetime import timedelta
@@ -136,13 +135,17 @@ def fsdp_peaks(width: int = 64, depth: int = 4, batch: int = 8, world_size: int 
     check_int("batch", batch, minimum=1, maximum=4096)
     check_int("world_size", world_size, minimum=2, maximum=8)
     check_number("timeout_s", timeout_s, positive=True, maximum=3600)
-    from tqdm.auto import tqdm
-
     print(f"Measuring FSDP2's peaks by category: one unsharded process, then {world_size} worker processes "
           f"sharding {depth} blocks over gloo on the CPU (starting the workers takes most of the time).", flush=True)
-    bar = tqdm(total=3, desc="FSDP2 demo", unit="stage", file=sys.stdout, leave=False)
+    started = time.monotonic()
+
+    def stage(text: str) -> None:
+        # one line per stage, kept in the output as it is printed (a progress bar's widget stays frozen in a
+        # notebook's saved outputs and on the website)
+        print(f"  {text} ({time.monotonic() - started:.0f} s)", flush=True)
+
     single = _single_process(width, depth, batch)
-    bar.update()
+    stage("1/3 the unsharded process measured")
     ctx = mp.get_context("spawn")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="fsdp-peaks-") as tmp:
@@ -152,13 +155,12 @@ def fsdp_peaks(width: int = 64, depth: int = 4, batch: int = 8, world_size: int 
         try:
             for p in procs:
                 p.start()
-            bar.update()
+            stage(f"2/3 {world_size} workers started")
             deadline = time.monotonic() + timeout_s
             for p in procs:
                 p.join(max(0.0, deadline - time.monotonic()))
-            bar.update()
+            stage(f"3/3 {world_size} workers joined")
         finally:
-            bar.close()
             alive = [p for p in procs if p.is_alive()]
             for p in alive:
                 p.kill()
