@@ -9,6 +9,7 @@ passing verdict says "public checks passed", never that everything passed.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import html
 import inspect
@@ -16,6 +17,7 @@ import os
 import random
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 
 from utils.checks.protocol import CHECK_MIME, STRICT_ENV
+from utils.checks.wire import Unplain, plain
 from utils.validate import check_number
 
 STATUSES = ("passed", "failed", "not attempted", "error")
@@ -106,9 +109,9 @@ def _run_check(exercise: str, body: Callable[[], Any], points: float) -> Verdict
 
 
 def _codes(target: Any) -> set[Any]:
-    """The code objects a call to `target` runs first: a function's (and what it wraps), a class's methods. A
-    string "module:attribute" names a library's function; it is watched only if the learner's code imported that
-    module (nothing is imported here)."""
+    """The code objects a call to `target` runs first: a function's (and what it wraps, and the functions nested in
+    it), a class's methods. A string "module:attribute" names a library's function; it is watched only if the
+    learner's code imported that module (nothing is imported here)."""
     if isinstance(target, str):
         module, _, name = target.partition(":")
         loaded = sys.modules.get(module)
@@ -125,8 +128,69 @@ def _codes(target: Any) -> set[Any]:
     while target is not None:
         code = getattr(target, "__code__", None)
         if code is not None:
-            found.add(code)
+            found |= _nested(code)
         target = getattr(target, "__wrapped__", None)
+    return found
+
+
+def _top_codes(targets: tuple) -> set[Any]:
+    """The code objects of the targets' own named functions and methods (not what is nested in them)."""
+    return {c for t in targets if not inspect.isbuiltin(t) for c in _codes(t)
+            if not c.co_name.startswith("<") and "<locals>" not in getattr(c, "co_qualname", "")}
+
+
+def _nested(code: Any) -> set[Any]:
+    """A code object and every code object nested in it (its inner functions, lambdas and comprehensions)."""
+    found = {code}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            found |= _nested(const)
+    return found
+
+
+MIN_SIGNATURE_BYTES = 48  # shorter bytecode (a one-line formula) is too likely to be the learner's own honest code
+
+
+def signature(code: Any) -> tuple | None:
+    """What a copy of a function's code keeps whatever it is renamed to (`code.replace(co_name=...)`, a new
+    `types.FunctionType`, or its source pasted under another name): its bytecode and the names and constants it
+    uses. None for bytecode too short to tell a copy from an honest one-liner."""
+    if len(code.co_code) < MIN_SIGNATURE_BYTES:
+        return None
+    consts = tuple(signature(c) if inspect.iscode(c) else repr(c) for c in code.co_consts)
+    return (code.co_code, code.co_names, consts)
+
+
+# What a learner's call may not do while a check watches it: switch the watch off or start threads it cannot see.
+_WATCH_SWITCHES = (sys.setprofile, sys.settrace)
+# Threads that belong to the kernel, the test runner or a library's own machinery (by the module of the thread's
+# class or target); any other Python thread alive when a watched call starts could run a reference unseen.
+_KERNEL_THREAD_MODULES = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "debugpy",
+                          "pydevd", "_pydevd", "pytest_timeout", "_pytest", "xdist", "execnet", "torch.utils.data",
+                          "asyncio", "anyio")
+
+
+def _thread_module(thread: threading.Thread) -> str:
+    target = getattr(thread, "_target", None)
+    if type(thread) is threading.Thread and target is not None:
+        return str(getattr(target, "__module__", "") or "")
+    return type(thread).__module__
+
+
+def foreign_threads() -> list[str]:
+    """The names of the Python threads, other than the calling one, that are neither the kernel's nor the test
+    runner's: a thread started by the learner's code (a thread pool left running, a timer)."""
+    me = threading.get_ident()
+    found = []
+    known = {t.ident: t for t in threading.enumerate()}
+    for ident in sys._current_frames():
+        if ident == me:
+            continue
+        thread = known.get(ident)
+        if thread is None:  # started with _thread.start_new_thread: no threading object to vouch for it
+            found.append(f"thread {ident}")
+        elif thread is not threading.main_thread() and not _thread_module(thread).startswith(_KERNEL_THREAD_MODULES):
+            found.append(thread.name)
     return found
 
 
@@ -150,33 +214,67 @@ class _DtypeWatch(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@contextlib.contextmanager
-def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), what: str = "") -> Iterator[None]:
-    """Fail the check when the code run inside the block calls any of `targets` (Python functions or classes, or
-    builtins such as struct.unpack), or any torch function with one of `dtypes` as an argument: the check's own
-    reference, or the library implementation the exercise asks the learner to write.
+def _module_of(code: Any) -> str:
+    return code.co_filename.replace("\\", "/")
 
-    Python calls are seen by a profile hook (it sees a function however it was imported, wrapped or renamed), so
-    a submission that hands back the reference's answer by calling it earns nothing. Wrap only the learner's calls.
+
+@contextlib.contextmanager
+def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = (), what: str = ""
+             ) -> Iterator[None]:
+    """Fail the check when the code run inside the block calls any of `targets` (Python functions or classes, or
+    builtins such as struct.unpack), a copy of one of them (the same bytecode under another name or code object),
+    any torch function with one of `dtypes` as an argument, or anything of the packages named in `modules` (e.g.
+    "numpy", whose casts and bit views decode a format for the learner): the check's own reference, or the library
+    implementation the exercise asks the learner to write.
+
+    Python calls are seen by a profile hook (it sees a function however it was imported, wrapped or renamed), set
+    in the calling thread and in every thread started inside the block. The block also fails when the code switches
+    the hook off (sys.setprofile, sys.settrace), starts a thread outside `threading`, or when a thread of the
+    learner's (a pool left running) is alive as the block starts: such a thread could run the reference unseen.
+    A submission that hands back the reference's answer by calling it earns nothing. Wrap only the learner's calls.
     """
     builtins = {id(t) for t in targets if inspect.isbuiltin(t)}
     codes: set[Any] = set().union(*(_codes(t) for t in targets if not inspect.isbuiltin(t)))
-    if not codes and not builtins and not dtypes:
-        raise ValueError("own_work needs a Python function, a class, a builtin or a dtype to watch")
+    if not codes and not builtins and not dtypes and not modules:
+        raise ValueError("own_work needs a Python function, a class, a builtin, a dtype or a module to watch")
+    # copies are matched on the targets' own functions (a lambda or a generator expression is too short and too
+    # common to tell apart from the learner's; a copied function still runs the originals' nested code objects)
+    signatures = {s for s in map(signature, _top_codes(targets)) if s is not None}
+    folders = tuple(f"/{m.replace('.', '/')}/" for m in modules)
     hits: list[str] = []
     previous = sys.getprofile()
+    previous_thread_hook = getattr(threading, "_profile_hook", None)
+    start_thread = threading.Thread.start.__code__
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if not hits:
-            if event == "call" and frame.f_code in codes:
-                hits.append(getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
-            elif event == "c_call" and id(arg) in builtins:
-                hits.append(getattr(arg, "__qualname__", repr(arg)))
+            if event == "call":
+                code = frame.f_code
+                if code in codes or (signatures and signature(code) in signatures):
+                    hits.append(f"a call to {getattr(code, 'co_qualname', code.co_name)}")
+                elif folders and any(f in _module_of(code) for f in folders):
+                    hits.append(f"a call to {code.co_name} of {modules[0]}")
+            elif event == "c_call":
+                if id(arg) in builtins:
+                    hits.append(f"a call to {getattr(arg, '__qualname__', repr(arg))}")
+                elif any(arg is s for s in _WATCH_SWITCHES) and frame.f_code is not _OWN_WORK_CODE:
+                    hits.append(f"a call to sys.{arg.__name__} (switching off the check's watch)")
+                elif arg is _thread.start_new_thread and frame.f_code is not start_thread:
+                    hits.append("a call to _thread.start_new_thread (a thread the check cannot watch)")
+                elif modules and str(getattr(arg, "__module__", "") or getattr(
+                        type(getattr(arg, "__self__", None)), "__module__", "")).startswith(modules):
+                    name = getattr(arg, "__qualname__", getattr(arg, "__name__", "function"))
+                    hits.append(f"a call to {modules[0]}'s {name}")
         if previous is not None:
             previous(frame, event, arg)
 
     failure: BaseException | None = None
     mode = _DtypeWatch(set(dtypes), hits) if dtypes else contextlib.nullcontext()
+    running = foreign_threads()
+    if running:
+        hits.append(f"a thread of your code ({running[0]}) running while the check calls your answer (a thread's "
+                    "calls are not watched: shut your thread pools down, or do the work in the calling thread)")
+    threading.setprofile(profile)
     sys.setprofile(profile)
     try:
         with mode:
@@ -184,23 +282,30 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), what: str = ""
     except BaseException as exc:  # a delegated call that also failed reports the delegation
         failure = exc
     finally:
+        replaced = sys.getprofile() is not profile
         sys.setprofile(previous)
+        threading.setprofile(previous_thread_hook)
+    if replaced and not hits:
+        hits.append("a replaced profile hook (switching off the check's watch)")
     if hits:
-        raise CheckFailed("your own code" + (f" for {what}" if what else ""), f"a call to {hits[0]}",
+        raise CheckFailed("your own code" + (f" for {what}" if what else ""), hits[0],
                           "the exercise asks you to write this yourself: the check's reference and the library's "
                           "implementation are what your answer is compared with, not a way to produce it.")
     if failure is not None:
         raise failure
 
 
-def guarded(fn: Any, *targets: Any, dtypes: tuple[torch.dtype, ...] = ()) -> Any:
-    """`fn` (a learner's function) with each call run under `own_work(*targets, dtypes=dtypes)`; anything that is
-    not callable comes back unchanged, for the check to report."""
+_OWN_WORK_CODE = own_work.__wrapped__.__code__  # its own sys.setprofile calls are not the learner's
+
+
+def guarded(fn: Any, *targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = ()) -> Any:
+    """`fn` (a learner's function) with each call run under `own_work(*targets, dtypes=dtypes, modules=modules)`;
+    anything that is not callable comes back unchanged, for the check to report."""
     if not callable(fn):
         return fn
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        with own_work(*targets, dtypes=dtypes):
+        with own_work(*targets, dtypes=dtypes, modules=modules):
             return fn(*args, **kwargs)
 
     return call
@@ -218,7 +323,13 @@ def answered(value: Any, name: str) -> Any:
 
 
 def expect_equal(got: Any, expected: Any, what: str, hint: str = "") -> None:
-    """Fail the check unless got == expected (same type family for numbers)."""
+    """Fail the check unless got == expected (same type family for numbers). `got` must be plain data (numbers,
+    strings, lists, tensors...: utils.checks.wire): an object whose `__eq__` says yes to anything is not an answer."""
+    try:
+        plain(got)
+    except Unplain as exc:
+        raise CheckFailed(f"{what} = {expected!r}", f"{exc} (an answer is plain data: numbers, strings, lists, "
+                          "dicts, tensors)", hint) from None
     if got != expected or (type(got) is bool and type(expected) is not bool):
         raise CheckFailed(f"{what} = {expected!r}", repr(got), hint)
 
