@@ -164,8 +164,32 @@ def _lab_from_cells(submission: NotebookNode, labs_dir: Path) -> Path | None:
     return ranked[0][1]
 
 
-def _reimport_prelude(lab: NotebookNode) -> str:
-    """Source that reloads the check modules the lab imports and re-binds their names, fresh from disk."""
+# The exercises whose checks judge what the learner's code DOES to the objects it is handed (a model's gradients, a
+# scaler's state, the trials of a search, a leak), not only what it returns: the grader cannot replay them on
+# recorded answers, so their verdict comes from the grading kernel (with fresh checks, the watch on the learner's
+# calls and the sealed modules). Every other exercise is recorded in the kernel and compared in the grader's
+# process; tests/test_grading_replay.py proves both lists against the solutions.
+IN_KERNEL = {
+    "3.2": "the answer is a class (a loss scaler) whose state the check drives",
+    "3.4": "the check reads the scaler and the model the training loop updated",
+    "4.3": "the check reads the parameters the training step updated",
+    "5.1": "the check measures the activations the checkpointed model saves",
+    "5.4": "the check compares the gradients the checkpointed forward produces",
+    "5.6": "the check compares the gradients the checkpointed ViT produces",
+    "6.1": "the check counts the forwards the accumulation runs",
+    "6.3": "the check reads the router parameters the step updated",
+    "6.5": "the check reads the gradients the weighted accumulation leaves",
+    "7.4": "the check counts the trials the search runs",
+    "9.3": "the check measures the peak of the fine-tuning run",
+    "9.5": "the check backpropagates through the returned loss",
+}
+
+
+_UNSEALED = ("utils.checks.core", "utils.checks.wire", "utils.checks.protocol")
+
+
+def lab_check_imports(lab: NotebookNode) -> dict[str, list[str]]:
+    """{module: names} the lab imports from its check modules (utils.checks.X, except core, wire and protocol)."""
     imported: dict[str, set[str]] = {}
     for cell in lab.cells:
         if cell.cell_type != "code":
@@ -175,34 +199,42 @@ def _reimport_prelude(lab: NotebookNode) -> str:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("utils.checks.") and node.level == 0:
-                imported.setdefault(node.module, set()).update(
-                    f"{a.name} as {a.asname}" if a.asname else a.name for a in node.names if a.name != "*")
-    lines = ["import importlib as _grader_importlib", "import utils.checks.core as _grader_core",
-             "_grader_importlib.reload(_grader_core)"]
-    for module in sorted(imported):
-        lines += [f"import {module} as _grader_m", "_grader_importlib.reload(_grader_m)"]
-    lines += [f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(imported.items()) if names]
-    return "\n".join(lines)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("utils.checks.") \
+                    and node.level == 0 and node.module not in _UNSEALED:
+                imported.setdefault(node.module, set()).update(a.name for a in node.names if a.name != "*")
+    return {m: sorted(n) for m, n in sorted(imported.items())}
 
 
-def _grader_cell_source(prelude: str, exercise: Exercise, hidden: Path | None, nonce: str) -> str:
-    parse_check_call(exercise.check or "")  # the lab was validated; this keeps a hand-made lab honest
+def _load_runner() -> str:
     return "\n".join([
-        prelude,
         "import importlib.util as _grader_iu",
         f"_grader_spec = _grader_iu.spec_from_file_location('_course_grading_runner', {str(RUNNER)!r})",
         "_grader_runner = _grader_iu.module_from_spec(_grader_spec)",
         "_grader_spec.loader.exec_module(_grader_runner)",
+    ])
+
+
+def _seal_cell_source(imports: dict[str, list[str]]) -> str:
+    return "\n".join([_load_runner(), f"_grader_runner.seal({imports!r})",
+                      "del _grader_runner, _grader_spec, _grader_iu"])
+
+
+def _grader_cell_source(modules: list[str], exercise: Exercise, hidden: Path | None, nonce: str) -> str:
+    parse_check_call(exercise.check or "")  # the lab was validated; this keeps a hand-made lab honest
+    return "\n".join([
+        _load_runner(),
         f"_grader_runner.grade_exercise(globals(), exercise={exercise.id!r}, points={exercise.points!r}, "
         f"call={exercise.check!r}, hidden_path={str(hidden) if hidden and hidden.exists() else None!r}, "
-        f"memory_limit_mb={exercise.memory_limit_mb!r}, nonce={nonce!r}, mime={CHECK_MIME!r})",
+        f"memory_limit_mb={exercise.memory_limit_mb!r}, nonce={nonce!r}, mime={CHECK_MIME!r}, "
+        f"modules={tuple(modules)!r}, record={exercise.id not in IN_KERNEL!r})",
+        "del _grader_runner, _grader_spec, _grader_iu",
     ])
 
 
 def prepare(submission: NotebookNode, lab: NotebookNode, *, nonce: str = "", hidden_dir: Path = HIDDEN_DIR
             ) -> tuple[NotebookNode, dict[str, str], list[Exercise]]:
-    """The submission with the grader's own check cells in place of the learner's.
+    """The submission with the grader's own check cells in place of the learner's, and a first cell that seals the
+    lab's check modules (the learner's cells import stand-ins that hold no reference).
 
     Returns the notebook, {grader cell id: exercise}, and the lab's exercises (challenges included).
     """
@@ -215,7 +247,7 @@ def prepare(submission: NotebookNode, lab: NotebookNode, *, nonce: str = "", hid
                                             and "check" in (c.metadata.get("tags") or []))
                 and "check" not in _course(c)
                 and not (c.get("id") in reference and "check" in _course(reference[c.get("id")]))]
-    prelude = _reimport_prelude(lab)
+    imports = lab_check_imports(lab)
     hidden = hidden_path(str(name), hidden_dir)
     by_id = {e.id: e for e in exercises}
     owned: dict[str, str] = {}
@@ -224,13 +256,16 @@ def prepare(submission: NotebookNode, lab: NotebookNode, *, nonce: str = "", hid
         exercise = _course(cell).get("check")
         if exercise not in by_id:
             continue
-        check = nbformat.v4.new_code_cell(_grader_cell_source(prelude, by_id[exercise], hidden, nonce))
+        check = nbformat.v4.new_code_cell(_grader_cell_source(list(imports), by_id[exercise], hidden, nonce))
         check.id = f"grader-{uuid.uuid4().hex[:12]}"
         owned[check.id] = exercise
         # After the nearest earlier lab cell still present in the submission (normally the exercise itself).
         ids = [c.get("id") for c in nb.cells]
         anchor = next((ids.index(i) for i in reversed(lab_ids[:position]) if i in ids), len(nb.cells) - 1)
         nb.cells.insert(anchor + 1, check)
+    seal = nbformat.v4.new_code_cell(_seal_cell_source(imports))
+    seal.id = f"grader-seal-{uuid.uuid4().hex[:8]}"
+    nb.cells.insert(0, seal)
     return nb, owned, exercises
 
 
@@ -290,22 +325,112 @@ def _hand(exercise: Exercise) -> ExerciseScore:
                              f"{c} ({p:g})" for c, p in exercise.rubric), by_hand=True)
 
 
-def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], nonce: str = ""
-          ) -> list[ExerciseScore]:
-    """One score per exercise, read only from the grader's own check cells (challenges: graded by hand)."""
+def _runner() -> object:
+    """grading/runner.py, loaded by its path into the grader's own process (for the replay)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_course_grading_runner_host", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def answers_sent(outputs: list, exercise: str, nonce: str) -> tuple[dict | None, dict[tuple[str, str], list]]:
+    """What a grader cell's kernel sent for a recorded exercise: the learner's values and functions' spec, and each
+    function's answers per (part, argument), in call order. The first message for a place counts: what a later
+    message (a thread of the learner's, a forged display) says about answers already sent is ignored."""
+    spec: dict | None = None
+    records: dict[tuple[str, str], list] = {}
+    for o in outputs:
+        data = o.get("data", {}).get(CHECK_MIME) if isinstance(o.get("data"), Mapping) else None
+        if not isinstance(data, Mapping) or data.get("nonce") != nonce or data.get("exercise") != exercise:
+            continue
+        if data.get("kind") == "args" and spec is None and isinstance(data.get("args"), Mapping):
+            spec = dict(data["args"])
+        elif data.get("kind") == "records" and isinstance(data.get("items"), list):
+            key = (str(data.get("part")), str(data.get("arg")))
+            have = records.setdefault(key, [])
+            start = data.get("start")
+            if isinstance(start, int) and start == len(have):  # in order, never over what was sent
+                have.extend(i for i in data["items"] if isinstance(i, Mapping))
+    return spec, records
+
+
+def combine(kernel: Mapping, replayed: Mapping, points: float) -> dict:
+    """The exercise's verdict: a part (public, held-out) earns its points only where the grader's replay on the
+    recorded answers passed AND the kernel's run found nothing against it (a call to a reference, a memory cap,
+    a thread): the kernel can take points away, never grant them."""
+    if kernel.get("void") or kernel.get("status") == "over memory cap" or not isinstance(kernel.get("public"), Mapping):
+        return {**kernel, "points": 0.0} if kernel.get("void") else dict(kernel)
+    parts = {}
+    for part in ("public", "hidden"):
+        mine, theirs = replayed.get(part), kernel.get(part)
+        if not isinstance(theirs, Mapping):
+            parts[part] = None
+        elif not isinstance(mine, Mapping):
+            parts[part] = {**theirs, "status": "error", "points": 0.0,
+                           "message": "the grader could not compare these answers"}
+        elif mine.get("status") != "passed":
+            parts[part] = dict(mine)
+        elif theirs.get("status") != "passed":
+            parts[part] = dict(theirs)
+        else:
+            parts[part] = dict(mine)
+    public, held = parts["public"], parts["hidden"]
+    if public is None:
+        return dict(replayed) if replayed.get("status") != "passed" else dict(kernel)
+    earned = sum(float(p.get("points", 0.0)) for p in (public, held) if p)
+    if public.get("status") == "not attempted":
+        status, message = "not attempted", public.get("message", "")
+    else:
+        status = "passed" if earned == points else "partial" if earned > 0 else next(
+            p.get("status", "failed") for p in (public, held) if p and p.get("status") != "passed")
+        if status == "passed":
+            message = "public and held-out cases passed" if held else "public cases passed"
+        else:
+            message = f"public cases: {public.get('status')}" + (
+                f": {public.get('message')}" if public.get("status") != "passed" else "")
+            if held:
+                message += f" | held-out cases: {held.get('status')}" + (
+                    f": {held.get('message')}" if held.get("status") != "passed" else "")
+    return {**kernel, "public": public, "hidden": held, "status": status, "points": earned, "message": message,
+            "compared": "in the grader"}
+
+
+def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], nonce: str = "",
+          hidden_dir: Path = HIDDEN_DIR, lab_name: str = "", modules: tuple = ()) -> list[ExerciseScore]:
+    """One score per exercise, read only from the grader's own check cells (challenges: graded by hand). For a
+    recorded exercise, the grader runs the checks here, on the answers the kernel sent (see `combine`)."""
     found: dict[str, ExerciseScore] = {}
-    points = {e.id: e.points for e in exercises}
+    by_id = {e.id: e for e in exercises}
+    runner = None
     for cell in nb.cells:
         exercise = owned.get(cell.get("id"))
-        if exercise is None:
+        if not exercise:
             continue
         outputs = cell.get("outputs", [])
         verdicts = [o["data"][CHECK_MIME] for o in outputs if CHECK_MIME in o.get("data", {})]
         ours = [v for v in verdicts if isinstance(v, Mapping) and v.get("exercise") == exercise
-                and v.get("nonce") == nonce]
-        max_points = points[exercise]
+                and v.get("nonce") == nonce and v.get("kind", "verdict") == "verdict" and "status" in v]
+        max_points = by_id[exercise].points
+        if len(ours) > 1:  # the grader's cell displays one verdict: another is a forgery of the learner's code
+            found[exercise] = ExerciseScore(exercise, 0.0, max_points, "failed", "the cell showed more than one "
+                                            "verdict: the learner's code displayed one of its own")
+            continue
         if ours:
-            v = ours[-1]
+            v = dict(ours[0])
+            if exercise not in IN_KERNEL and by_id[exercise].check:
+                spec, records = answers_sent(outputs, exercise, nonce)
+                try:
+                    runner = runner or _runner()
+                    hidden = hidden_path(lab_name, hidden_dir) if lab_name else None
+                    replayed = runner.replay(exercise, max_points, by_id[exercise].check,
+                                             str(hidden) if hidden and hidden.exists() else None, spec or {}, records,
+                                             tuple(modules))
+                except Exception as exc:  # noqa: BLE001 - a replay that cannot start scores 0, with the reason
+                    replayed = {"status": "error", "points": 0.0, "public": None, "hidden": None,
+                                "message": f"the grader's comparison failed: {type(exc).__name__}: {exc}"[:300]}
+                v = combine(v, replayed, max_points)
             earned = float(v.get("points", 0.0))
             earned = earned if math.isfinite(earned) and 0 <= earned <= max_points else 0.0
             parts = [v.get(k) if isinstance(v.get(k), Mapping) else {} for k in ("public", "hidden")]
@@ -395,7 +520,8 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
     nb, owned, exercises = prepare(submission, lab, nonce=nonce, hidden_dir=hidden_dir)
     with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
         notes += execute(nb, owned, time_limit_s, Path(workdir))
-    scores = score(nb, owned, exercises, nonce)
+    scores = score(nb, owned, exercises, nonce, hidden_dir, str(_course(lab).get("lab") or lab_path.stem),
+                   tuple(lab_check_imports(lab)))
     borrowed = reference_imports(submission, lab)
     if borrowed:
         reason = (f"the notebook imports what the checks compare answers with ({', '.join(borrowed)}), not only the "

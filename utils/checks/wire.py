@@ -12,11 +12,15 @@ an object of the learner's whose `__eq__` says yes to everything.
 from __future__ import annotations
 
 import base64
+import dataclasses
+import importlib
 import math
 from typing import Any
 
 import torch
 
+# the course's own value classes an answer may be made of (an exercise asks for a utils.plan.Choice)
+DATACLASSES = ("utils.plan:Choice",)
 MAX_BYTES = 64 * 2**20  # one answer's tensors at most; beyond, the answer is not sent
 
 
@@ -51,7 +55,7 @@ def encode(value: Any, _depth: int = 0) -> Any:
         x = value.detach().cpu().contiguous()
         if x.is_quantized or x.is_sparse or x.layout != torch.strided:
             raise Unplain("a quantized or sparse tensor")
-        raw = x.view(torch.uint8).numpy().tobytes() if x.numel() and x.element_size() else b""
+        raw = x.reshape(-1).view(torch.uint8).numpy().tobytes() if x.numel() else b""
         if len(raw) > MAX_BYTES:
             raise Unplain(f"a tensor of {len(raw):,} bytes")
         return {"tensor": str(x.dtype).removeprefix("torch."), "shape": list(x.shape),
@@ -64,6 +68,9 @@ def encode(value: Any, _depth: int = 0) -> Any:
         return {"ndarray": encode(torch.from_numpy(value.copy()), _depth + 1)}
     if np is not None and isinstance(value, np.generic) and value.dtype.kind in "biuf":
         return {"np": value.dtype.name, "value": encode(value.item(), _depth + 1)}
+    if f"{t.__module__}:{t.__qualname__}" in DATACLASSES and dataclasses.is_dataclass(value):
+        return {"dataclass": f"{t.__module__}:{t.__qualname__}",
+                "fields": [[f.name, encode(getattr(value, f.name), _depth + 1)] for f in dataclasses.fields(value)]}
     raise Unplain(f"a {t.__module__}.{t.__qualname__}")
 
 
@@ -96,6 +103,12 @@ def decode(data: Any) -> Any:
         flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         x = flat.view(dtype).reshape(shape).clone() if raw else torch.empty(shape, dtype=dtype)
         return x.requires_grad_(bool(data.get("requires_grad"))) if x.is_floating_point() else x
+    if "dataclass" in data:
+        if data["dataclass"] not in DATACLASSES:
+            raise ValueError(f"not a course dataclass: {data['dataclass']!r}")
+        module, _, name = str(data["dataclass"]).partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        return cls(**{str(k): decode(v) for k, v in data["fields"]})
     if "ndarray" in data:
         return decode(data["ndarray"]).numpy()
     if "np" in data:
