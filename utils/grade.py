@@ -501,6 +501,49 @@ def reference_imports(submission: NotebookNode, lab: NotebookNode) -> list[str]:
     return sorted(_grading_imports(submission) - _grading_imports(lab) - offered)
 
 
+# What an honest answer has no use for: a function's globals or code, the profile and trace hooks, building a
+# function from a code object, reading the interpreter's frames or object graph, or loading a file as a module.
+# Each answer cell that names one is listed in the grade notes for the instructor to read.
+INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "setprofile", "settrace", "getprofile",
+             "gettrace", "FunctionType", "CodeType", "_getframe", "currentframe", "f_back", "f_globals", "f_locals",
+             "_current_frames", "get_referents", "get_referrers", "get_objects", "spec_from_file_location",
+             "SourceFileLoader", "run_path", "ctypes", "meta_path", "sys.modules")
+
+
+def internals_used(submission: NotebookNode) -> list[str]:
+    """One line per code cell of the submission that names any of INTERNALS (as a name, an attribute, an imported
+    module or a string), with its exercise where the cell carries one: for the instructor to read by hand."""
+    check_instance("submission", submission, Mapping)
+    lines = []
+    for index, cell in enumerate(submission.get("cells", [])):
+        if not isinstance(cell, Mapping) or cell.get("cell_type") != "code" or "check" in _course(cell):
+            continue
+        source = cell.get("source", "")
+        source = source if isinstance(source, str) else "".join(source)
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        found: list[str] = []
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Attribute):
+                names = [node.attr] + ([f"{node.value.id}.{node.attr}"] if isinstance(node.value, ast.Name) else [])
+            elif isinstance(node, ast.Name):
+                names = [node.id]
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value]
+            found += [n for n in names if n in INTERNALS and n not in found]
+        if found:
+            exercise = _course(cell).get("exercise")
+            where = f"the answer cell of exercise {exercise}" if isinstance(exercise, str) else f"code cell {index}"
+            lines.append(f"read by hand: {where} uses {', '.join(found)} (a check's internals or the watch on the "
+                         "learner's calls; an honest answer has no use for them)")
+    return lines
+
+
 def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                    hidden_dir: Path = HIDDEN_DIR) -> SubmissionScore:
     """Grade one submission in this process (the command line runs each in a child process)."""
@@ -522,6 +565,7 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
         notes += execute(nb, owned, time_limit_s, Path(workdir))
     scores = score(nb, owned, exercises, nonce, hidden_dir, str(_course(lab).get("lab") or lab_path.stem),
                    tuple(lab_check_imports(lab)))
+    notes += internals_used(submission)
     borrowed = reference_imports(submission, lab)
     if borrowed:
         reason = (f"the notebook imports what the checks compare answers with ({', '.join(borrowed)}), not only the "
