@@ -44,7 +44,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
-from utils.checks.protocol import CHECK_MIME, STRICT_ENV
+from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, STRICT_ENV
 from utils.kernels import notebook_client_config
 from utils.labs import (
     HIDDEN_DIR,
@@ -648,6 +648,14 @@ def _lost(s: SubmissionScore) -> list[str]:
             if e.status != "passed" and not e.by_hand]
 
 
+def read_by_hand(s: SubmissionScore) -> list[str]:
+    """What the instructor should read in a submission: each reasoning the check could not place (it names none of
+    the exercise's quantities: points are not given silently, nor taken without a reader), and each answer cell
+    that reaches into a check's internals."""
+    lines = [f"ex {e.exercise}: {e.reason}" for e in s.exercises if READ_BY_HAND in e.reason]
+    return lines + [n for n in s.notes if n.startswith("read by hand:")]
+
+
 def report(scores: list[SubmissionScore], csv_dir: Path) -> str:
     """The score table per lab (printed), and one CSV per lab for the gradebook."""
     csv_dir.mkdir(parents=True, exist_ok=True)
@@ -673,11 +681,14 @@ def report(scores: list[SubmissionScore], csv_dir: Path) -> str:
             f"- {s.submission}: {n}" for s in group for n in s.notes]
         if reasons:
             text.append("Why points were lost:\n" + "\n".join(reasons))
+        to_read = [f"- {s.submission}, {line}" for s in group for line in read_by_hand(s)]
+        if to_read:
+            text.append("Read by hand (also the CSV's \"read by hand\" column):\n" + "\n".join(to_read))
         with open(csv_dir / f"{lab if lab != '?' else 'unknown'}.csv", "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
-            writer.writerow(headers + ["notes"])
+            writer.writerow(headers + ["read by hand", "notes"])
             for s, row in zip(group, rows, strict=True):
-                writer.writerow(row + ["; ".join(_lost(s) + s.notes)])
+                writer.writerow(row + ["; ".join(read_by_hand(s)), "; ".join(_lost(s) + s.notes)])
     return "\n\n".join(text)
 
 

@@ -12,7 +12,16 @@ from collections.abc import Callable
 
 import torch
 
-from utils.checks.core import TORCHAO_FP8, CheckFailed, Verdict, answered, guarded, own_work, run_check
+from utils.checks.core import (
+    TORCHAO_FP8,
+    CheckFailed,
+    Verdict,
+    answered,
+    expect_reasoning,
+    guarded,
+    own_work,
+    run_check,
+)
 from utils.formats import decode, encode
 
 # The library implementations of exercise 2.1: the course's codec and struct's half-precision format
@@ -224,9 +233,7 @@ def check_zero_fraction(prediction: float, reasoning: str, fp8_zero_fraction: Ca
         guess = answered(prediction, "prediction")
         if isinstance(guess, bool) or not isinstance(guess, int | float) or not guess > 0:
             raise CheckFailed("prediction as a positive number of weights", repr(guess))
-        words = answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 12:
-            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        expect_reasoning(reasoning, "2.4")
         want = reference_flushed_model(LLAMA8B_LINEAR_WEIGHTS, "e4m3")
         if not want / PREDICT_FACTOR <= guess <= want * PREDICT_FACTOR:
             raise CheckFailed("a prediction within 7% of the expected count", repr(guess),
