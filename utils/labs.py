@@ -563,6 +563,15 @@ def nbgrader_source(solution: NotebookNode, name: str, hidden_dir: Path = HIDDEN
     return nb
 
 
+NBGRADER_NEXT = """
+Next (docs/instructors.md, "Grading with nbgrader"):
+  make nbgrader-env                                            # once: nbgrader into build/nbgrader-site, not the venv
+  make nbgrader-run ARGS='generate_assignment lab03_loss_scaling'   # {folder}/release/: what learners get
+  # collect submissions into {folder}/submitted/<student>/lab03_loss_scaling/lab03_loss_scaling.ipynb, then
+  make nbgrader-run ARGS='autograde lab03_loss_scaling'
+(nbgrader runs the submitted code on this machine: use a container for untrusted submissions.)"""
+
+
 def write_nbgrader(out_dir: Path, solutions_dir: Path = SOLUTIONS_DIR, hidden_dir: Path = HIDDEN_DIR,
                    timeout: int = 300) -> list[str]:
     """The labs as an nbgrader course folder: nbgrader_config.py and source/<lab>/<lab>.ipynb for every lab."""
@@ -603,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if problems else 0
         if args.nbgrader is not None:
             print("\n".join(write_nbgrader(args.nbgrader, args.solutions)))
+            print(NBGRADER_NEXT.format(folder=args.nbgrader))
             return 0
         if args.guide:
             print(write_guide(args.solutions, args.guide_file))

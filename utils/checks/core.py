@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from utils.checks.not_run import install_not_run_handler
 from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, STRICT_ENV
 from utils.checks.wire import Unplain, plain
 from utils.validate import check_number
@@ -60,10 +61,20 @@ class Verdict:
         return f"Exercise {self.exercise} ({worth}): {mark[self.status]}. {self.message}"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        colour = {"passed": "#1a7f37", "failed": "#b35900", "not attempted": "#57606a", "error": "#cf222e"}
-        text = html.escape(str(self))
-        return {"text/plain": str(self), CHECK_MIME: asdict(self),
-                "text/html": f'<pre style="color:{colour[self.status]};white-space:pre-wrap">{text}</pre>'}
+        return {"text/plain": str(self), CHECK_MIME: asdict(self), "text/html": self.html()}
+
+    def html(self) -> str:
+        """The verdict as JupyterLab shows it: the status as a coloured label, the message in the notebook's own
+        text font and colour, wrapped between words (a long formula may break after a symbol, never mid-word)."""
+        colour = {"passed": "#1a7f37", "failed": "#9a3412", "not attempted": "#57606a", "error": "#cf222e"}
+        mark = {"passed": "PUBLIC CHECKS PASSED", "failed": "NOT YET", "not attempted": "NOT ATTEMPTED",
+                "error": "ERROR"}
+        worth = f"{self.max_points:g} point{'' if self.max_points == 1 else 's'}"
+        return (f'<div class="course-check course-check-{self.status.replace(" ", "-")}" style="font-family:inherit;'
+                f"white-space:normal;word-break:normal;overflow-wrap:break-word;hyphens:none;line-height:1.5;"
+                f'border-left:4px solid {colour[self.status]};padding:2px 0 2px 10px">'
+                f'<strong style="color:{colour[self.status]}">Exercise {html.escape(self.exercise)} ({worth}): '
+                f"{mark[self.status]}.</strong> {html.escape(self.message)}</div>")
 
 
 def run_check(exercise: str, body: Callable[[], Any], *, points: float = 1.0) -> Verdict:
@@ -400,37 +411,4 @@ def expect_close(got: torch.Tensor | float, expected: torch.Tensor | float, what
         raise CheckFailed(f"{what} within rtol={rtol:g}, atol={atol:g}", f"a max abs error of {err:.3g}", hint)
 
 
-_CHECK_CALL = re.compile(r"^\s*(?:print\()?check_\w+\(", re.M)
-
-
-def _not_run_yet(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> Any:
-    """IPython's handler for a NameError: in a check cell it means an earlier cell has not run; say so in one line
-    instead of a traceback. Anywhere else, IPython's usual traceback."""
-    cells = shell.user_ns.get("In") or [""]
-    if _CHECK_CALL.search(cells[-1] or ""):
-        name = getattr(value, "name", None) or str(value)
-        if str(name).startswith("check_"):
-            print(f"NOT ATTEMPTED: `{name}` is not defined yet: run the lab's first code cell (its imports), then "
-                  "the exercise cell, then this check.")
-        else:
-            print(f"NOT ATTEMPTED: `{name}` is not defined yet: run the exercise cell above this check first (it "
-                  "defines your answer), then this check.")
-        return None
-    return shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-
-
-def install_not_run_handler() -> bool:
-    """In a Jupyter kernel, make a check cell run before its exercise cell say "not attempted: run the exercise
-    cell first" instead of a NameError traceback; returns whether a handler was installed (False outside IPython)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    if shell is None:
-        return False
-    shell.set_custom_exc((NameError,), _not_run_yet)
-    return True
-
-
-install_not_run_handler()
+install_not_run_handler()  # utils/checks/not_run.py: a check run before its cells names the cell to run first
