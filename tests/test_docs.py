@@ -49,7 +49,8 @@ def test_every_relative_link_resolves() -> None:
                 continue
             file_part, _, anchor = target.partition("#")
             # my-labs/ holds the learner's copies, made by `make lab` from labs/ (a fresh clone has none yet)
-            file_part = file_part.replace("../my-labs/", "../labs/") if file_part.startswith("../my-labs/") else file_part
+            if file_part.startswith("../my-labs/"):
+                file_part = file_part.replace("../my-labs/", "../labs/", 1)
             resolved = (path.parent / file_part).resolve()
             if not resolved.exists():
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
