@@ -248,11 +248,12 @@ def _stub(name: str) -> Any:
     """A check function's stand-in in the grading kernel: no globals, no reference."""
     namespace: dict[str, Any] = {"__builtins__": {"print": print}}
     exec(f"def {name}(*args, **kwargs):\n    print('the grader runs {name} itself')\n", namespace)  # noqa: S102
-    return namespace[name]
+    return namespace.pop(name)
 
 
-def _rebound(obj: Any, envs: dict[str, dict], done: dict[int, Any]) -> Any:
-    """`obj` (a function or class of a check module) with globals holding only the names its code uses."""
+def _rebound(obj: Any, envs: dict[str, dict], done: dict[int, Any], class_cell: Any = None) -> Any:
+    """`obj` (a function or class of a check module) with globals holding only the names its code uses. A method's
+    `__class__` cell (zero-argument super()) points at the rebuilt class (`class_cell`)."""
     import types
 
     module = getattr(obj, "__module__", "") or ""
@@ -263,26 +264,32 @@ def _rebound(obj: Any, envs: dict[str, dict], done: dict[int, Any]) -> Any:
     real = sys.modules[module].__dict__
     env = envs.setdefault(module, {"__builtins__": real["__builtins__"], "__name__": module})
     if isinstance(obj, types.FunctionType):
-        new = types.FunctionType(obj.__code__, env, obj.__name__, obj.__defaults__, obj.__closure__)
+        closure = obj.__closure__
+        if closure and class_cell is not None and "__class__" in obj.__code__.co_freevars:
+            closure = tuple(class_cell if name == "__class__" else cell
+                            for name, cell in zip(obj.__code__.co_freevars, closure, strict=True))
+        new = types.FunctionType(obj.__code__, env, obj.__name__, obj.__defaults__, closure)
         new.__kwdefaults__, new.__qualname__, new.__doc__ = obj.__kwdefaults__, obj.__qualname__, obj.__doc__
         done[id(obj)] = new
         _fill(obj.__code__, real, env, envs, done)
         return new
     if isinstance(obj, type):
+        cell = types.CellType()
         members = {}
         for key, value in vars(obj).items():
             if key in ("__dict__", "__weakref__"):
                 continue
             inner = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
             if isinstance(value, staticmethod | classmethod):
-                members[key] = type(value)(_rebound(inner, envs, done))
+                members[key] = type(value)(_rebound(inner, envs, done, cell))
             elif isinstance(value, property):
-                members[key] = property(*(None if f is None else _rebound(f, envs, done)
+                members[key] = property(*(None if f is None else _rebound(f, envs, done, cell)
                                           for f in (value.fget, value.fset, value.fdel)), value.__doc__)
             else:
-                members[key] = _rebound(value, envs, done)
+                members[key] = _rebound(value, envs, done, cell)
         new = type(obj.__name__, tuple(_rebound(b, envs, done) for b in obj.__bases__), members)
         new.__module__, new.__qualname__ = module, obj.__qualname__
+        cell.cell_contents = new
         done[id(obj)] = new
         return new
     return obj
