@@ -500,6 +500,8 @@ def _raised(name: str, message: str) -> BaseException:
         return NotImplementedError(message)
     if name == "MemoryError":
         return MemoryError(message)
+    if name == "SystemExit":
+        return SystemExit(message)
     return type(name if name.isidentifier() else "Error", (Exception,), {})(message)
 
 

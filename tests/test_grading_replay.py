@@ -16,6 +16,7 @@ import math
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
@@ -43,7 +44,9 @@ def _record_and_replay(runner, ns: dict, exercise, hidden: str | None, modules: 
     kernel = runner.evaluate(dict(ns), exercise.id, exercise.points, exercise.check, hidden, None,
                              on_part=recorder.on_part, prepare=recorder.prepare)
     recorder.flush()
-    outputs = [{"data": {"application/vnd.gpu-memory-course.check+json": json.loads(json.dumps(m))}} for m in sent]
+    # as the grader reads them: from the executed notebook, JSON objects as nbformat's NotebookNode
+    outputs = [nbformat.from_dict({"data": {"application/vnd.gpu-memory-course.check+json": json.loads(json.dumps(m))}})
+               for m in sent]
     spec, records = answers_sent(outputs, exercise.id, "n")
     return kernel, runner.replay(exercise.id, exercise.points, exercise.check, hidden, spec or {}, records, modules)
 
@@ -96,7 +99,7 @@ def test_answers_sent_keep_the_first_message_for_each_place() -> None:
                                    torch.float16, torch.Size([2, 3]), torch.arange(6).reshape(2, 3).t(),
                                    torch.tensor(2.5, dtype=torch.bfloat16), torch.zeros(0, 4)])
 def test_plain_answers_travel_unchanged(value) -> None:
-    back = wire.decode(json.loads(json.dumps(wire.encode(value))))
+    back = wire.decode(nbformat.from_dict({"v": json.loads(json.dumps(wire.encode(value)))})["v"])
     if isinstance(value, torch.Tensor):
         assert back.dtype == value.dtype and torch.equal(back, value)
     else:

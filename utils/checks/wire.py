@@ -78,9 +78,9 @@ def decode(data: Any) -> Any:
     """The answer `encode` wrote (raises ValueError on anything `encode` cannot have written)."""
     if data is None or type(data) in (bool, str, int, float):
         return data
-    if type(data) is list:
+    if isinstance(data, list):  # JSON's lists and objects (nbformat reads them as its own dict subclass)
         return [decode(v) for v in data]
-    if type(data) is not dict or not data:
+    if not isinstance(data, dict) or not data:
         raise ValueError(f"not an encoded answer: {type(data).__name__}")
     if "int" in data:
         return int(data["int"])
