@@ -178,7 +178,7 @@ _WATCH_SWITCHES = (sys.setprofile, sys.settrace)
 # class or target); any other Python thread alive when a watched call starts could run a reference unseen.
 _KERNEL_THREAD_MODULES = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "debugpy",
                           "pydevd", "_pydevd", "pytest_timeout", "_pytest", "xdist", "execnet", "torch.utils.data",
-                          "asyncio", "anyio")
+                          "asyncio", "anyio", "tqdm")
 
 
 def _thread_module(thread: threading.Thread) -> str:
