@@ -95,7 +95,7 @@ def test_answers_sent_keep_the_first_message_for_each_place() -> None:
     assert records[("public", "0")] == [{"value": 1}, {"value": 2}] and spec is None
 
 
-@pytest.mark.parametrize("value", [None, True, 3, 2**70, -0.0, math.inf, "x", [1, (2, 3)], {"a": {4: 5.5}},
+@pytest.mark.parametrize("value", [None, ..., True, 3, 2**70, -0.0, math.inf, "x", [1, (2, 3)], {"a": {4: 5.5}},
                                    torch.float16, torch.Size([2, 3]), torch.arange(6).reshape(2, 3).t(),
                                    torch.tensor(2.5, dtype=torch.bfloat16), torch.zeros(0, 4)])
 def test_plain_answers_travel_unchanged(value) -> None:
@@ -150,3 +150,11 @@ def test_a_verdict_renders_in_the_notebooks_font_wrapped_between_words() -> None
     assert "<pre" not in page and "monospace" not in page and "pre-wrap" not in page
     assert "word-break:normal" in page and "overflow-wrap:break-word" in page and "font-family:inherit" in page
     assert "NOT YET" in page and "lo=-64, holds=3" in page
+
+
+def test_a_prediction_left_as_handed_out_replays_as_not_attempted(monkeypatch) -> None:
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    spec = {"0": {"value": wire.encode(...)}, "1": {"value": wire.encode(...)}, "2": {"function": True}}
+    verdict = _runner().replay("0.4", 2.0, "check_new_storage_bytes(prediction, reasoning, new_storage_bytes)", None,
+                               spec, {}, ("utils.checks.warmup",))
+    assert verdict["status"] == "not attempted", verdict
