@@ -156,5 +156,7 @@ def test_a_prediction_left_as_handed_out_replays_as_not_attempted(monkeypatch) -
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     spec = {"0": {"value": wire.encode(...)}, "1": {"value": wire.encode(...)}, "2": {"function": True}}
     verdict = _runner().replay("0.4", 2.0, "check_new_storage_bytes(prediction, reasoning, new_storage_bytes)", None,
-                               spec, {}, ("utils.checks.warmup",))
+                               spec, {("public", "2"): [{"raised": "NotImplementedError", "message": "0.4"}] * 9},
+                               ("utils.checks.warmup",))
     assert verdict["status"] == "not attempted", verdict
+    assert "is still `...`" in verdict["message"] or "NotImplementedError" in verdict["message"], verdict
