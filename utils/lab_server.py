@@ -59,6 +59,10 @@ def open_sessions(path: Path, servers: list[dict] | None = None) -> list[str]:
     """The running Jupyter servers (this user's, from their runtime files) that have `path` open with a kernel:
     a line each. A reset under an open notebook is undone by JupyterLab's next autosave."""
     path = Path(check_instance("path", path, (str, Path))).resolve()
+    if servers is not None:
+        servers = list(check_instance("servers", servers, (list, tuple)))
+        for server in servers:
+            check_instance("servers item", server, dict)
     if servers is None:
         try:
             from jupyter_server.serverapp import list_running_servers
@@ -128,6 +132,8 @@ def reset_lab(number: str, labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LAB
     matches = sorted(labs_dir.glob(f"lab{number}_*.ipynb"))
     if not matches:
         raise ValueError(f"number {number!r}: no lab lab{number}_*.ipynb in {labs_dir}")
+    if servers is not None:
+        check_instance("servers", servers, (list, tuple))
     lab = matches[0]
     target = my_labs_dir / lab.name
     still_open = open_sessions(target, servers)
