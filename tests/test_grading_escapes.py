@@ -16,8 +16,6 @@ import nbformat
 import pytest
 
 from tests.escapes import FUNCTIONS, PREDICTIONS, cheat_source
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils.labs import LABS_DIR, lab_exercises, parse_check_call
 from utils.labs import course_metadata as _course
 
@@ -61,42 +59,6 @@ def test_every_escape_scores_zero(tmp_path):
             assert row[f"ex {exercise}"] == "0", (lab, exercise, row["notes"])
         assert row["total"] == "0", (lab, row["notes"])
         assert "__globals__" in row["notes"], row["notes"]  # the answer cells that reach into a check, named
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("lab", sorted(p.name for p in LABS_DIR.glob("lab0[1-9]_*.ipynb")), ids=lambda n: n[3:5])
-def test_each_function_escape_fails_its_check(lab: str, monkeypatch) -> None:
-    """The same escapes, run in-process against the lab's own checks (not sealed: the lab's check holds what it
-    needs): every function that reaches its reference through a thread, a switched-off profile hook or a copy of
-    its code fails the public or the held-out cases. (On the code before issue 34, all 25 passed both.)"""
-    from lab_helpers import hidden_cases, solution_namespace
-
-    from utils.checks.core import _run_check
-
-    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
-    nb = nbformat.read(LABS_DIR / lab, as_version=4)
-    held = hidden_cases(lab[3:5])
-    ns = None
-    for exercise in lab_exercises(nb, lab[:-6]):
-        if exercise.id not in FUNCTIONS:
-            continue
-        ns = ns or solution_namespace(lab)
-        name, args, _ = parse_check_call(exercise.check)
-        cheat = dict(ns)
-        exec(FUNCTIONS_ONLY(exercise.id, name), cheat)  # noqa: S102 - the test's own cheating answer
-        public = eval(exercise.check, cheat)  # noqa: S307
-        hidden = held.get(exercise.id)
-        verdict = _run_check(exercise.id, lambda: hidden(*[eval(a, cheat) for a in args]), 1) if hidden else None  # noqa: B023, S307
-        assert public.status != "passed" or (verdict is not None and verdict.status != "passed"), exercise.id
-
-
-def FUNCTIONS_ONLY(exercise: str, check: str) -> str:  # noqa: N802 - reads as a constant's lookup
-    """The cheating function of `exercise` alone (its prediction, if any, left as the solution's)."""
-    from tests.escapes import _ESCAPES
-
-    name, ref, escape = FUNCTIONS[exercise]
-    return _ESCAPES[escape].format(check=check, ref=ref, name=name)
 
 
 def test_the_watch_sees_each_escape_on_one_check(monkeypatch) -> None:
