@@ -1,20 +1,25 @@
 """Grade submitted lab notebooks: `python -m utils.grade PATH...` (make grade SUBMISSIONS=folder).
 
 Each submission runs in its own process and a fresh kernel, under a time limit. The grader does not trust the
-submission's check cells: it removes them and inserts its own after each exercise. Each inserted cell re-imports
-the lab's check functions fresh from disk, loads the grader's runner (grading/runner.py) by its file path, runs
-the lab's check call with the learner's arguments (the PUBLIC cases), then the held-out cases
-`HIDDEN[exercise]` of grading/hidden/chNN.py (loaded by file path too: never importable from a lab) with the
-same arguments, under the exercise's memory cap where it has one (`memory_limit_mb`). The grader reads only the
-verdicts its own cells display under the checks' MIME type, tagged with a nonce of this run. So printing
-"PASSED", editing or deleting a check cell, or replacing a check function earns nothing. A submission that
-raises, loops, exits, kills its kernel or prints megabytes gets 0 for what did not pass, with the reason, and
-the run goes on.
+submission's check cells: it removes them and inserts its own. Its first cell, before the learner's, SEALS the
+lab's check modules (grading/runner.py): while the learner's cells run, `from utils.checks.chNN import check_x`
+gives stand-ins with no reference, truth function or expected value in their globals. After each exercise, its
+cell opens the real checks fresh from disk, runs the lab's check call with the learner's arguments (the PUBLIC
+cases), then the held-out cases `HIDDEN[exercise]` of grading/hidden/chNN.py (loaded by file path: never
+importable from a lab), under the exercise's memory cap where it has one (`memory_limit_mb`). For every exercise
+but those in IN_KERNEL, the kernel only PRODUCES ANSWERS there: each call of the learner's functions is recorded
+as plain data and sent to this process, which runs the same checks on them (`score`, `combine`): a part earns its
+points only where that comparison passed and the kernel found nothing against it (a call to a reference, a memory
+cap, a thread of the learner's). The grader reads only what its own cells display under the checks' MIME type,
+tagged with a nonce of this run. So printing "PASSED", editing or deleting a check cell, replacing a check
+function or reading a check's globals earns nothing. A submission that raises, loops, exits, kills its kernel or
+prints megabytes gets 0 for what did not pass, with the reason, and the run goes on.
 
 Points come from the lab's metadata: with held-out cases, the public cases earn half of an exercise's points and
 the held-out cases the other half; an answer over its memory cap scores 0. Open challenges are listed with their
-points as graded by hand (rubric). Output: a table per lab, one CSV per lab, and Gradescope's results.json per
-submission (`--results-json FILE` for the one submission of a Gradescope run).
+points as graded by hand (rubric). Output: a table per lab, one CSV per lab (with a "read by hand" column: each
+reasoning the check could not place, each answer cell naming a check's internals), and Gradescope's results.json
+per submission (`--results-json FILE` for the one submission of a Gradescope run).
 
 Grading executes the submitted code: run it in a container or sandbox, never with your credentials
 (docs/instructors.md shows a `docker run --network none` line).
