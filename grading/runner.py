@@ -1,17 +1,20 @@
-"""The grader's side of one check cell, run INSIDE the submission's kernel (loaded by file path, never imported).
+"""The grader's side of a submission's kernel (loaded by file path, never imported), and of its comparison.
 
-`utils.grade` inserts, after each exercise, a cell that re-imports the lab's check functions fresh from disk,
-loads this file by its path and calls `grade_exercise(globals(), ...)`. That function
+`utils.grade` inserts a first cell that calls `seal(...)`: the lab's check modules become stand-ins with no
+reference in reach while the learner's cells run. After each exercise it inserts a cell that loads this file by its
+path and calls `grade_exercise(globals(), ...)`, which
 
-1. parses the lab's check call (one call such as `check_schedule(my_schedule)`) and evaluates its argument
-   expressions in the learner's namespace;
-2. runs the public check with those arguments, then the held-out cases `HIDDEN[exercise]` from
+1. opens the real check modules fresh from disk (`opened`), for this cell only;
+2. parses the lab's check call (one call such as `check_schedule(my_schedule)`) and evaluates its argument
+   expressions in the learner's namespace; for a recorded exercise, wraps each learner function in a `Recorder`
+   that sends every answer as plain data (utils/checks/wire.py) and sends the learner's values the same way;
+3. runs the public check with those arguments, then the held-out cases `HIDDEN[exercise]` from
    `grading/hidden/chNN.py` (also loaded by file path) with the same arguments;
-3. where the exercise has `memory_limit_mb`, runs both under an address-space limit (RLIMIT_AS) of that many
+4. where the exercise has `memory_limit_mb`, runs both under an address-space limit (RLIMIT_AS) of that many
    MiB above what the kernel maps just before, restored afterwards; an answer that runs out scores 0;
-4. displays one verdict under the checks' MIME type, tagged with this grading run's nonce: the grader reads the
-   verdict of the cell (a second one voids the exercise); for a recorded exercise the grader also replays
-   the checks in its own process on the answers the kernel sent (`replay`) and takes the lower of the two.
+5. displays one verdict under the checks' MIME type, tagged with this grading run's nonce (a cell with two
+   verdicts scores 0). For a recorded exercise the grader also runs `replay` in its own process: the same checks
+   on the answers the kernel sent, and takes the lower of the two.
 
 Scoring: with held-out cases, the public cases earn half the exercise's points and the held-out cases the other
 half (each all or nothing); without them the public cases earn all of it.
