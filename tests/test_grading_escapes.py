@@ -99,3 +99,17 @@ def test_the_watch_sees_each_escape_on_one_check(monkeypatch) -> None:
     exec(numpy_decode, namespace)  # noqa: S102
     verdict = ch02.check_decode_fp16(namespace["decode_fp16"])
     assert verdict.status == "failed" and "numpy" in verdict.message, verdict
+
+
+def test_answer_cells_reaching_into_the_checks_are_listed_for_the_instructor() -> None:
+    from utils.grade import internals_used
+
+    cell = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("prediction = check_x.__globals__['truth']()", metadata={"course": {"exercise": "1.3"}}),
+        cell("import importlib.util as u\nm = u.spec_from_file_location('m', 'utils/checks/ch01.py')"),
+        cell("def f(x):\n    return x + 1"),
+    ])
+    lines = internals_used(nb)
+    assert len(lines) == 2 and "exercise 1.3 uses __globals__" in lines[0], lines
+    assert "spec_from_file_location" in lines[1] and "a path into the checks" in lines[1], lines

@@ -519,6 +519,9 @@ INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "setprofi
              "SourceFileLoader", "run_path", "ctypes", "meta_path", "sys.modules")
 
 
+COURSE_PATHS = ("utils/checks", "grading/hidden", "grading/runner")  # a check's source read or loaded by its path
+
+
 def internals_used(submission: NotebookNode) -> list[str]:
     """One line per code cell of the submission that names any of INTERNALS (as a name, an attribute, an imported
     module or a string), with its exercise where the cell carries one: for the instructor to read by hand."""
@@ -545,6 +548,10 @@ def internals_used(submission: NotebookNode) -> list[str]:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names = [node.value]
             found += [n for n in names if n in INTERNALS and n not in found]
+            path_like = isinstance(node, ast.Constant) and isinstance(node.value, str)
+            if path_like and "a path into the checks" not in found \
+                    and any(part in node.value.replace("\\", "/") for part in COURSE_PATHS):
+                found.append("a path into the checks")
         if found:
             exercise = _course(cell).get("exercise")
             where = f"the answer cell of exercise {exercise}" if isinstance(exercise, str) else f"code cell {index}"
