@@ -55,14 +55,41 @@ test: $(STAMP) lint
 labs: $(STAMP)
 	$(PY) -m utils.labs $(if $(FORCE_LABS),--force)
 
+# Grading RUNS the submitted notebooks' code: on this machine, with your files and network, unless you run it in a
+# container (docs/instructors.md, "Grading in a container"). GRADE_ARGS passes more options (--time-limit ...).
 grade: $(STAMP)
-	$(PY) -m utils.grade $(SUBMISSIONS) --jobs $(JOBS)
+	@echo "make grade: this runs the code of every notebook in $(SUBMISSIONS)/ on this machine, as you, with your"
+	@echo "  files and network. Submissions are untrusted code: grade in a container (docs/instructors.md shows a"
+	@echo "  'docker run --network none' line) or a throwaway account. Ctrl+C within 5 s to stop."
+	@sleep 5
+	$(PY) -m utils.grade $(SUBMISSIONS) --jobs $(JOBS) $(GRADE_ARGS)
 
 # The labs as an nbgrader course folder (nbgrader 0.9: source/<lab>/<lab>.ipynb with solution, locked grade and
 # hidden-test cells, and nbgrader_config.py); then `cd build/nbgrader && nbgrader generate_assignment <lab>`.
-.PHONY: nbgrader
+.PHONY: nbgrader nbgrader-env nbgrader-run
+NBGRADER_DIR ?= build/nbgrader
 nbgrader: $(STAMP)
-	$(PY) -m utils.labs --nbgrader $(or $(NBGRADER_DIR),build/nbgrader)
+	$(PY) -m utils.labs --nbgrader $(NBGRADER_DIR)
+
+# nbgrader itself, kept out of the course's venv (installed there, it adds its menus to every learner's JupyterLab):
+# pip --target build/nbgrader-site, put on PYTHONPATH (and its `alembic` on PATH) only for nbgrader's commands.
+NBGRADER_SITE := $(CURDIR)/build/nbgrader-site
+NBGRADER := PYTHONPATH="$(NBGRADER_SITE)" PATH="$(NBGRADER_SITE)/bin:$(CURDIR)/$(VENV)/bin:$$PATH" \
+	"$(CURDIR)/$(PY)" -c "from nbgrader.apps.nbgraderapp import main; main()"
+nbgrader-env: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check --target "$(NBGRADER_SITE)" --no-deps "nbgrader==0.9.*" \
+		alembic sqlalchemy mako greenlet rapidfuzz notebook
+	@PYTHONPATH="$(NBGRADER_SITE)" $(PY) -c "import nbgrader.apps.nbgraderapp, nbgrader.api" 2>/dev/null || \
+		$(PY) -m pip install -q --disable-pip-version-check --target "$(NBGRADER_SITE)" "nbgrader==0.9.*"
+	@echo "nbgrader is in build/nbgrader-site (not in the course's venv). Run it with, for example:"
+	@echo "  make nbgrader-run ARGS='generate_assignment lab03_loss_scaling'"
+
+# Any nbgrader command, in the course folder $(NBGRADER_DIR): make nbgrader-run ARGS='autograde lab03_loss_scaling'
+nbgrader-run:
+	@test -n "$(ARGS)" || (echo "usage: make nbgrader-run ARGS='generate_assignment lab03_loss_scaling'" >&2; exit 2)
+	@test -d "$(NBGRADER_SITE)/nbgrader" || (echo "run make nbgrader-env first (installs nbgrader outside the venv)" >&2; exit 2)
+	@test -f "$(NBGRADER_DIR)/nbgrader_config.py" || (echo "run make nbgrader first (writes $(NBGRADER_DIR))" >&2; exit 2)
+	cd "$(NBGRADER_DIR)" && $(NBGRADER) $(ARGS)
 
 # Store the outputs of a real quick-size run in every chapter (and this machine's reference results/);
 # ONLY=05 for one chapter. make test fails when a chapter's code changed since its outputs were made.

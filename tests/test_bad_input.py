@@ -57,6 +57,9 @@ KINDS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
+_NOT_A_LIST = st.one_of(st.integers(), st.text(max_size=3), st.just([1]))  # not a list (or a dict) of dicts
+
+
 @dataclass
 class Entry:
     """A public function: how to call it validly, and the kind of each argument to spoil."""
@@ -193,6 +196,9 @@ def _entries() -> dict[str, Entry]:
         "utils.lab_server.copy_labs": Entry(lab_server.copy_labs, lambda: {}, {"labs_dir": "path",
                                                                                "my_labs_dir": "path"},
                                             run_valid=False),
+        "utils.lab_server.environment": Entry(lab_server.environment, lambda: {"base": {}}, {"base": _NOT_A_LIST}),
+        "utils.lab_server.open_sessions": Entry(lab_server.open_sessions, lambda: {"path": "x.ipynb", "servers": []},
+                                                {"path": "path", "servers": _NOT_A_LIST}),
         "utils.lab_server.reset_lab": Entry(lab_server.reset_lab, lambda: {"number": "06"},
                                             {"number": st.one_of(st.just("6"), st.just("x6"), st.integers(),
                                                                  st.just("99"))}, run_valid=False),
@@ -666,6 +672,8 @@ EXEMPT: dict[str, str] = {
         "utils.grade.execute", "utils.grade.find_lab", "utils.grade.grade_notebook", "utils.grade.gradescope_results",
         "utils.grade.metadata_problem", "utils.grade.prepare", "utils.grade.report", "utils.grade.score",
         "utils.grade.write_gradescope", "utils.labs.check_labs", "utils.labs.content_hash",
+        "utils.grade.answers_sent", "utils.grade.combine", "utils.grade.lab_check_imports", "utils.grade.read_by_hand",
+        "utils.grade.internals_used", "utils.labs.check_imports",
         "utils.labs.course_metadata",
         "utils.labs.guide_section", "utils.labs.guide_text", "utils.labs.hidden_exercises", "utils.labs.hidden_path",
         "utils.labs.lab_exercises", "utils.labs.make_lab", "utils.labs.read_notebook", "utils.labs.rubric_markdown",

@@ -17,6 +17,7 @@ import pytest
 from servers import free_port, stop_group
 
 from utils.lab_server import command as lab_command
+from utils.lab_server import environment as lab_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
@@ -77,9 +78,10 @@ def jupyterlab(tmp_path):
     for plugin, values in (("notebook-extension/tracker", {"windowingMode": "none"}),):
         (settings / plugin).parent.mkdir(parents=True, exist_ok=True)
         (settings / f"{plugin}.jupyterlab-settings").write_text(json.dumps(values))
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-           "COURSE_SIZE": "quick"}
+    env = lab_environment({**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+                           "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+                           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"),
+                           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "COURSE_SIZE": "quick"})
     env.pop("COURSE_CHECKS_STRICT", None)
     log = open(tmp_path / "lab.log", "w")
     proc = subprocess.Popen(lab_command(port=port, token=token, root=served, open_browser=False),

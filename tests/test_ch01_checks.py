@@ -90,7 +90,7 @@ def test_planted_bugs_and_unanswered_exercises(solution, monkeypatch):
     leak = CHECKS["1.5"](solution["train_with_validation_buggy"])
     assert leak.status == "failed" and "still alive" in leak.message
     assert CHECKS["1.3"](..., ..., solution["measure_block"]).status == "not attempted"
-    far = CHECKS["1.3"](10, "a guess with enough words to count as a reasoning of two sentences here",
+    far = CHECKS["1.3"](10, "a guess: the LayerNorm inputs and the Linear inputs of every token, four bytes each",
                         solution["measure_block"])
     assert far.status == "failed" and "within 5%" in far.message
 

@@ -85,3 +85,68 @@ def test_busy_port_is_said_in_one_line() -> None:
                              capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert f"port {port} is already in use" in out.stderr and "PORT=" in out.stderr
+
+
+def test_reset_lab_refuses_a_lab_open_in_jupyterlab(tmp_path: Path) -> None:
+    """Issue 34: `make reset-lab N=03` while the lab is open in JupyterLab was silently undone by the next autosave.
+    A server (here a stand-in answering Jupyter's /api/sessions) that has the copy open makes the reset refuse,
+    touching nothing, and say how to close it; once it is closed the reset goes ahead."""
+    import http.server
+    import threading
+
+    labs, mine = tmp_path / "labs", tmp_path / "my-labs"
+    labs.mkdir()
+    (labs / "lab03_loss.ipynb").write_text("fresh")
+    lab_server.copy_labs(labs, mine)
+    (mine / "lab03_loss.ipynb").write_text("edited")
+    sessions: list[dict] = [{"path": "my-labs/lab03_loss.ipynb", "kernel": {"execution_state": "idle"}}]
+
+    class Sessions(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            ok = self.path.startswith("/api/sessions?token=t")
+            self.send_response(200 if ok else 403)
+            self.end_headers()
+            self.wfile.write(json.dumps(sessions if ok else {}).encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Sessions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    running = [{"root_dir": str(tmp_path), "url": f"http://127.0.0.1:{server.server_port}/", "token": "t"}]
+    try:
+        with pytest.raises(lab_server.LabOpen, match="Close and Shut Down Notebook"):
+            lab_server.reset_lab("03", labs, mine, servers=running)
+        assert (mine / "lab03_loss.ipynb").read_text() == "edited" and not (mine / ".previous").exists()
+        sessions.clear()
+        assert lab_server.reset_lab("03", labs, mine, servers=running).read_text() == "fresh"
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.slow
+def test_a_check_run_before_the_import_cell_says_which_cell_to_run(tmp_path: Path, monkeypatch) -> None:
+    """Issue 34: in a fresh kernel of the course's JupyterLab, a check cell run before the lab's import cell said
+    `NameError: name 'check_window' is not defined`. The kernel `make lab` starts (lab_server.environment) answers
+    with one line naming the cell to run first."""
+    from jupyter_client.manager import start_new_kernel
+
+    monkeypatch.delenv("JUPYTER_PATH", raising=False)
+    env = lab_server.environment()
+    monkeypatch.setenv("JUPYTER_PATH", env["JUPYTER_PATH"])  # where the server (here: this process) finds kernels
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+    try:
+        msg_id = kc.execute("check_window(scale_window)")
+        out = []
+        while True:
+            msg = kc.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] in ("stream", "error"):
+                out.append(msg["content"].get("text") or msg["content"].get("ename"))
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+    finally:
+        km.shutdown_kernel(now=True)
+    assert "NameError" not in "".join(out), out
+    assert "run the lab's first code cell" in "".join(out), out

@@ -1,20 +1,25 @@
 """Grade submitted lab notebooks: `python -m utils.grade PATH...` (make grade SUBMISSIONS=folder).
 
 Each submission runs in its own process and a fresh kernel, under a time limit. The grader does not trust the
-submission's check cells: it removes them and inserts its own after each exercise. Each inserted cell re-imports
-the lab's check functions fresh from disk, loads the grader's runner (grading/runner.py) by its file path, runs
-the lab's check call with the learner's arguments (the PUBLIC cases), then the held-out cases
-`HIDDEN[exercise]` of grading/hidden/chNN.py (loaded by file path too: never importable from a lab) with the
-same arguments, under the exercise's memory cap where it has one (`memory_limit_mb`). The grader reads only the
-verdicts its own cells display under the checks' MIME type, tagged with a nonce of this run. So printing
-"PASSED", editing or deleting a check cell, or replacing a check function earns nothing. A submission that
-raises, loops, exits, kills its kernel or prints megabytes gets 0 for what did not pass, with the reason, and
-the run goes on.
+submission's check cells: it removes them and inserts its own. Its first cell, before the learner's, SEALS the
+lab's check modules (grading/runner.py): while the learner's cells run, `from utils.checks.chNN import check_x`
+gives stand-ins with no reference, truth function or expected value in their globals. After each exercise, its
+cell opens the real checks fresh from disk, runs the lab's check call with the learner's arguments (the PUBLIC
+cases), then the held-out cases `HIDDEN[exercise]` of grading/hidden/chNN.py (loaded by file path: never
+importable from a lab), under the exercise's memory cap where it has one (`memory_limit_mb`). For every exercise
+but those in IN_KERNEL, the kernel only PRODUCES ANSWERS there: each call of the learner's functions is recorded
+as plain data and sent to this process, which runs the same checks on them (`score`, `combine`): a part earns its
+points only where that comparison passed and the kernel found nothing against it (a call to a reference, a memory
+cap, a thread of the learner's). The grader reads only what its own cells display under the checks' MIME type,
+tagged with a nonce of this run. So printing "PASSED", editing or deleting a check cell, replacing a check
+function or reading a check's globals earns nothing. A submission that raises, loops, exits, kills its kernel or
+prints megabytes gets 0 for what did not pass, with the reason, and the run goes on.
 
 Points come from the lab's metadata: with held-out cases, the public cases earn half of an exercise's points and
 the held-out cases the other half; an answer over its memory cap scores 0. Open challenges are listed with their
-points as graded by hand (rubric). Output: a table per lab, one CSV per lab, and Gradescope's results.json per
-submission (`--results-json FILE` for the one submission of a Gradescope run).
+points as graded by hand (rubric). Output: a table per lab, one CSV per lab (with a "read by hand" column: each
+reasoning the check could not place, each answer cell naming a check's internals), and Gradescope's results.json
+per submission (`--results-json FILE` for the one submission of a Gradescope run).
 
 Grading executes the submitted code: run it in a container or sandbox, never with your credentials
 (docs/instructors.md shows a `docker run --network none` line).
@@ -44,7 +49,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
-from utils.checks.protocol import CHECK_MIME, STRICT_ENV
+from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, STRICT_ENV
 from utils.kernels import notebook_client_config
 from utils.labs import (
     HIDDEN_DIR,
@@ -164,8 +169,32 @@ def _lab_from_cells(submission: NotebookNode, labs_dir: Path) -> Path | None:
     return ranked[0][1]
 
 
-def _reimport_prelude(lab: NotebookNode) -> str:
-    """Source that reloads the check modules the lab imports and re-binds their names, fresh from disk."""
+# The exercises whose checks judge what the learner's code DOES to the objects it is handed (a model's gradients, a
+# scaler's state, the trials of a search, a leak), not only what it returns: the grader cannot replay them on
+# recorded answers, so their verdict comes from the grading kernel (with fresh checks, the watch on the learner's
+# calls and the sealed modules). Every other exercise is recorded in the kernel and compared in the grader's
+# process; tests/test_grading_replay.py proves both lists against the solutions.
+IN_KERNEL = {
+    "3.2": "the answer is a class (a loss scaler) whose state the check drives",
+    "3.4": "the check reads the scaler and the model the training loop updated",
+    "4.3": "the check reads the parameters the training step updated",
+    "5.1": "the check measures the activations the checkpointed model saves",
+    "5.4": "the check compares the gradients the checkpointed forward produces",
+    "5.6": "the check compares the gradients the checkpointed ViT produces",
+    "6.1": "the check counts the forwards the accumulation runs",
+    "6.3": "the check reads the router parameters the step updated",
+    "6.5": "the check reads the gradients the weighted accumulation leaves",
+    "7.4": "the check counts the trials the search runs",
+    "9.3": "the check measures the peak of the fine-tuning run",
+    "9.5": "the check backpropagates through the returned loss",
+}
+
+
+_UNSEALED = ("utils.checks.core", "utils.checks.wire", "utils.checks.protocol")
+
+
+def lab_check_imports(lab: NotebookNode) -> dict[str, list[str]]:
+    """{module: names} the lab imports from its check modules (utils.checks.X, except core, wire and protocol)."""
     imported: dict[str, set[str]] = {}
     for cell in lab.cells:
         if cell.cell_type != "code":
@@ -175,34 +204,42 @@ def _reimport_prelude(lab: NotebookNode) -> str:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("utils.checks.") and node.level == 0:
-                imported.setdefault(node.module, set()).update(
-                    f"{a.name} as {a.asname}" if a.asname else a.name for a in node.names if a.name != "*")
-    lines = ["import importlib as _grader_importlib", "import utils.checks.core as _grader_core",
-             "_grader_importlib.reload(_grader_core)"]
-    for module in sorted(imported):
-        lines += [f"import {module} as _grader_m", "_grader_importlib.reload(_grader_m)"]
-    lines += [f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(imported.items()) if names]
-    return "\n".join(lines)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("utils.checks.") \
+                    and node.level == 0 and node.module not in _UNSEALED:
+                imported.setdefault(node.module, set()).update(a.name for a in node.names if a.name != "*")
+    return {m: sorted(n) for m, n in sorted(imported.items())}
 
 
-def _grader_cell_source(prelude: str, exercise: Exercise, hidden: Path | None, nonce: str) -> str:
-    parse_check_call(exercise.check or "")  # the lab was validated; this keeps a hand-made lab honest
+def _load_runner() -> str:
     return "\n".join([
-        prelude,
         "import importlib.util as _grader_iu",
         f"_grader_spec = _grader_iu.spec_from_file_location('_course_grading_runner', {str(RUNNER)!r})",
         "_grader_runner = _grader_iu.module_from_spec(_grader_spec)",
         "_grader_spec.loader.exec_module(_grader_runner)",
+    ])
+
+
+def _seal_cell_source(imports: dict[str, list[str]]) -> str:
+    return "\n".join([_load_runner(), f"_grader_runner.seal({imports!r})",
+                      "del _grader_runner, _grader_spec, _grader_iu"])
+
+
+def _grader_cell_source(modules: list[str], exercise: Exercise, hidden: Path | None, nonce: str) -> str:
+    parse_check_call(exercise.check or "")  # the lab was validated; this keeps a hand-made lab honest
+    return "\n".join([
+        _load_runner(),
         f"_grader_runner.grade_exercise(globals(), exercise={exercise.id!r}, points={exercise.points!r}, "
         f"call={exercise.check!r}, hidden_path={str(hidden) if hidden and hidden.exists() else None!r}, "
-        f"memory_limit_mb={exercise.memory_limit_mb!r}, nonce={nonce!r}, mime={CHECK_MIME!r})",
+        f"memory_limit_mb={exercise.memory_limit_mb!r}, nonce={nonce!r}, mime={CHECK_MIME!r}, "
+        f"modules={tuple(modules)!r}, record={exercise.id not in IN_KERNEL!r})",
+        "del _grader_runner, _grader_spec, _grader_iu",
     ])
 
 
 def prepare(submission: NotebookNode, lab: NotebookNode, *, nonce: str = "", hidden_dir: Path = HIDDEN_DIR
             ) -> tuple[NotebookNode, dict[str, str], list[Exercise]]:
-    """The submission with the grader's own check cells in place of the learner's.
+    """The submission with the grader's own check cells in place of the learner's, and a first cell that seals the
+    lab's check modules (the learner's cells import stand-ins that hold no reference).
 
     Returns the notebook, {grader cell id: exercise}, and the lab's exercises (challenges included).
     """
@@ -215,7 +252,7 @@ def prepare(submission: NotebookNode, lab: NotebookNode, *, nonce: str = "", hid
                                             and "check" in (c.metadata.get("tags") or []))
                 and "check" not in _course(c)
                 and not (c.get("id") in reference and "check" in _course(reference[c.get("id")]))]
-    prelude = _reimport_prelude(lab)
+    imports = lab_check_imports(lab)
     hidden = hidden_path(str(name), hidden_dir)
     by_id = {e.id: e for e in exercises}
     owned: dict[str, str] = {}
@@ -224,13 +261,16 @@ def prepare(submission: NotebookNode, lab: NotebookNode, *, nonce: str = "", hid
         exercise = _course(cell).get("check")
         if exercise not in by_id:
             continue
-        check = nbformat.v4.new_code_cell(_grader_cell_source(prelude, by_id[exercise], hidden, nonce))
+        check = nbformat.v4.new_code_cell(_grader_cell_source(list(imports), by_id[exercise], hidden, nonce))
         check.id = f"grader-{uuid.uuid4().hex[:12]}"
         owned[check.id] = exercise
         # After the nearest earlier lab cell still present in the submission (normally the exercise itself).
         ids = [c.get("id") for c in nb.cells]
         anchor = next((ids.index(i) for i in reversed(lab_ids[:position]) if i in ids), len(nb.cells) - 1)
         nb.cells.insert(anchor + 1, check)
+    seal = nbformat.v4.new_code_cell(_seal_cell_source(imports))
+    seal.id = f"grader-seal-{uuid.uuid4().hex[:8]}"
+    nb.cells.insert(0, seal)
     return nb, owned, exercises
 
 
@@ -290,22 +330,116 @@ def _hand(exercise: Exercise) -> ExerciseScore:
                              f"{c} ({p:g})" for c, p in exercise.rubric), by_hand=True)
 
 
-def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], nonce: str = ""
-          ) -> list[ExerciseScore]:
-    """One score per exercise, read only from the grader's own check cells (challenges: graded by hand)."""
+def _runner() -> object:
+    """grading/runner.py, loaded by its path into the grader's own process (for the replay)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_course_grading_runner_host", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def answers_sent(outputs: list, exercise: str, nonce: str) -> tuple[dict | None, dict[tuple[str, str], list]]:
+    """What a grader cell's kernel sent for a recorded exercise: the learner's values and functions' spec, and each
+    function's answers per (part, argument), in call order. The first message for a place counts: what a later
+    message (a thread of the learner's, a forged display) says about answers already sent is ignored."""
+    spec: dict | None = None
+    records: dict[tuple[str, str], list] = {}
+    for o in outputs:
+        data = o.get("data", {}).get(CHECK_MIME) if isinstance(o.get("data"), Mapping) else None
+        if not isinstance(data, Mapping) or data.get("nonce") != nonce or data.get("exercise") != exercise:
+            continue
+        if data.get("kind") == "args" and spec is None and isinstance(data.get("args"), Mapping):
+            spec = dict(data["args"])
+        elif data.get("kind") == "records" and isinstance(data.get("items"), list):
+            key = (str(data.get("part")), str(data.get("arg")))
+            have = records.setdefault(key, [])
+            start = data.get("start")
+            if isinstance(start, int) and start == len(have):  # in order, never over what was sent
+                have.extend(i for i in data["items"] if isinstance(i, Mapping))
+    return spec, records
+
+
+def combine(kernel: Mapping, replayed: Mapping, points: float) -> dict:
+    """The exercise's verdict: a part (public, held-out) earns its points only where the grader's replay on the
+    recorded answers passed AND the kernel's run found nothing against it (a call to a reference, a memory cap,
+    a thread): the kernel can take points away, never grant them."""
+    if kernel.get("void") or kernel.get("status") == "over memory cap" or not isinstance(kernel.get("public"), Mapping):
+        return {**kernel, "points": 0.0} if kernel.get("void") else dict(kernel)
+    parts = {}
+    for part in ("public", "hidden"):
+        mine, theirs = replayed.get(part), kernel.get(part)
+        if not isinstance(theirs, Mapping):
+            parts[part] = None
+        elif not isinstance(mine, Mapping):
+            parts[part] = {**theirs, "status": "error", "points": 0.0,
+                           "message": "the grader could not compare these answers"}
+        elif mine.get("status") != "passed":
+            parts[part] = dict(mine)
+        elif theirs.get("status") != "passed":
+            parts[part] = dict(theirs)
+        else:
+            parts[part] = dict(mine)
+    public, held = parts["public"], parts["hidden"]
+    if public is None:
+        return dict(replayed) if replayed.get("status") != "passed" else dict(kernel)
+    earned = sum(float(p.get("points", 0.0)) for p in (public, held) if p)
+    if public.get("status") == "not attempted":
+        status, message = "not attempted", public.get("message", "")
+    else:
+        status = "passed" if earned == points else "partial" if earned > 0 else next(
+            p.get("status", "failed") for p in (public, held) if p and p.get("status") != "passed")
+        if status == "passed":
+            message = "public and held-out cases passed" if held else "public cases passed"
+        else:
+            message = f"public cases: {public.get('status')}" + (
+                f": {public.get('message')}" if public.get("status") != "passed" else "")
+            if held:
+                message += f" | held-out cases: {held.get('status')}" + (
+                    f": {held.get('message')}" if held.get("status") != "passed" else "")
+    return {**kernel, "public": public, "hidden": held, "status": status, "points": earned, "message": message,
+            "compared": "in the grader"}
+
+
+def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], nonce: str = "",
+          hidden_dir: Path = HIDDEN_DIR, lab_name: str = "", modules: tuple = ()) -> list[ExerciseScore]:
+    """One score per exercise, read only from the grader's own check cells (challenges: graded by hand). For a
+    recorded exercise, the grader runs the checks here, on the answers the kernel sent (see `combine`)."""
     found: dict[str, ExerciseScore] = {}
-    points = {e.id: e.points for e in exercises}
+    by_id = {e.id: e for e in exercises}
+    runner = None
     for cell in nb.cells:
         exercise = owned.get(cell.get("id"))
-        if exercise is None:
+        if not exercise:
             continue
         outputs = cell.get("outputs", [])
         verdicts = [o["data"][CHECK_MIME] for o in outputs if CHECK_MIME in o.get("data", {})]
         ours = [v for v in verdicts if isinstance(v, Mapping) and v.get("exercise") == exercise
-                and v.get("nonce") == nonce]
-        max_points = points[exercise]
+                and v.get("nonce") == nonce and v.get("kind", "verdict") == "verdict" and "status" in v]
+        max_points = by_id[exercise].points
+        if len(ours) > 1:  # the grader's cell displays one verdict: another is a forgery of the learner's code
+            found[exercise] = ExerciseScore(exercise, 0.0, max_points, "failed", "the cell showed more than one "
+                                            "verdict: the learner's code displayed one of its own")
+            continue
         if ours:
-            v = ours[-1]
+            v = dict(ours[0])
+            # the replay can only lower what the kernel found (see `combine`): where the kernel gave nothing there is
+            # nothing to compare, and this process need not import torch for it
+            earned_in_kernel = v.get("points", 0.0)
+            if exercise not in IN_KERNEL and by_id[exercise].check and isinstance(earned_in_kernel, int | float) \
+                    and earned_in_kernel > 0:
+                spec, records = answers_sent(outputs, exercise, nonce)
+                try:
+                    runner = runner or _runner()
+                    hidden = hidden_path(lab_name, hidden_dir) if lab_name else None
+                    replayed = runner.replay(exercise, max_points, by_id[exercise].check,
+                                             str(hidden) if hidden and hidden.exists() else None, spec or {}, records,
+                                             tuple(modules))
+                except Exception as exc:  # noqa: BLE001 - a replay that cannot start scores 0, with the reason
+                    replayed = {"status": "error", "points": 0.0, "public": None, "hidden": None,
+                                "message": f"the grader's comparison failed: {type(exc).__name__}: {exc}"[:300]}
+                v = combine(v, replayed, max_points)
             earned = float(v.get("points", 0.0))
             earned = earned if math.isfinite(earned) and 0 <= earned <= max_points else 0.0
             parts = [v.get(k) if isinstance(v.get(k), Mapping) else {} for k in ("public", "hidden")]
@@ -376,6 +510,56 @@ def reference_imports(submission: NotebookNode, lab: NotebookNode) -> list[str]:
     return sorted(_grading_imports(submission) - _grading_imports(lab) - offered)
 
 
+# What an honest answer has no use for: a function's globals or code, the profile and trace hooks, building a
+# function from a code object, reading the interpreter's frames or object graph, or loading a file as a module.
+# Each answer cell that names one is listed in the grade notes for the instructor to read.
+INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "setprofile", "settrace", "getprofile",
+             "gettrace", "FunctionType", "CodeType", "_getframe", "currentframe", "f_back", "f_globals", "f_locals",
+             "_current_frames", "get_referents", "get_referrers", "get_objects", "spec_from_file_location",
+             "SourceFileLoader", "run_path", "ctypes", "meta_path", "sys.modules")
+
+
+COURSE_PATHS = ("utils/checks", "grading/hidden", "grading/runner")  # a check's source read or loaded by its path
+
+
+def internals_used(submission: NotebookNode) -> list[str]:
+    """One line per code cell of the submission that names any of INTERNALS (as a name, an attribute, an imported
+    module or a string), with its exercise where the cell carries one: for the instructor to read by hand."""
+    check_instance("submission", submission, Mapping)
+    lines = []
+    for index, cell in enumerate(submission.get("cells", [])):
+        if not isinstance(cell, Mapping) or cell.get("cell_type") != "code" or "check" in _course(cell):
+            continue
+        source = cell.get("source", "")
+        source = source if isinstance(source, str) else "".join(source)
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        found: list[str] = []
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Attribute):
+                names = [node.attr] + ([f"{node.value.id}.{node.attr}"] if isinstance(node.value, ast.Name) else [])
+            elif isinstance(node, ast.Name):
+                names = [node.id]
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value]
+            found += [n for n in names if n in INTERNALS and n not in found]
+            path_like = isinstance(node, ast.Constant) and isinstance(node.value, str)
+            if path_like and "a path into the checks" not in found \
+                    and any(part in node.value.replace("\\", "/") for part in COURSE_PATHS):
+                found.append("a path into the checks")
+        if found:
+            exercise = _course(cell).get("exercise")
+            where = f"the answer cell of exercise {exercise}" if isinstance(exercise, str) else f"code cell {index}"
+            lines.append(f"read by hand: {where} uses {', '.join(found)} (a check's internals or the watch on the "
+                         "learner's calls; an honest answer has no use for them)")
+    return lines
+
+
 def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                    hidden_dir: Path = HIDDEN_DIR) -> SubmissionScore:
     """Grade one submission in this process (the command line runs each in a child process)."""
@@ -395,7 +579,9 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
     nb, owned, exercises = prepare(submission, lab, nonce=nonce, hidden_dir=hidden_dir)
     with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
         notes += execute(nb, owned, time_limit_s, Path(workdir))
-    scores = score(nb, owned, exercises, nonce)
+    scores = score(nb, owned, exercises, nonce, hidden_dir, str(_course(lab).get("lab") or lab_path.stem),
+                   tuple(lab_check_imports(lab)))
+    notes += internals_used(submission)
     borrowed = reference_imports(submission, lab)
     if borrowed:
         reason = (f"the notebook imports what the checks compare answers with ({', '.join(borrowed)}), not only the "
@@ -478,6 +664,14 @@ def _lost(s: SubmissionScore) -> list[str]:
             if e.status != "passed" and not e.by_hand]
 
 
+def read_by_hand(s: SubmissionScore) -> list[str]:
+    """What the instructor should read in a submission: each reasoning the check could not place (it names none of
+    the exercise's quantities: points are not given silently, nor taken without a reader), and each answer cell
+    that reaches into a check's internals."""
+    lines = [f"ex {e.exercise}: {e.reason}" for e in s.exercises if READ_BY_HAND in e.reason]
+    return lines + [n for n in s.notes if n.startswith("read by hand:")]
+
+
 def report(scores: list[SubmissionScore], csv_dir: Path) -> str:
     """The score table per lab (printed), and one CSV per lab for the gradebook."""
     csv_dir.mkdir(parents=True, exist_ok=True)
@@ -503,11 +697,14 @@ def report(scores: list[SubmissionScore], csv_dir: Path) -> str:
             f"- {s.submission}: {n}" for s in group for n in s.notes]
         if reasons:
             text.append("Why points were lost:\n" + "\n".join(reasons))
+        to_read = [f"- {s.submission}, {line}" for s in group for line in read_by_hand(s)]
+        if to_read:
+            text.append("Read by hand (also the CSV's \"read by hand\" column):\n" + "\n".join(to_read))
         with open(csv_dir / f"{lab if lab != '?' else 'unknown'}.csv", "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
-            writer.writerow(headers + ["notes"])
+            writer.writerow(headers + ["read by hand", "notes"])
             for s, row in zip(group, rows, strict=True):
-                writer.writerow(row + ["; ".join(_lost(s) + s.notes)])
+                writer.writerow(row + ["; ".join(read_by_hand(s)), "; ".join(_lost(s) + s.notes)])
     return "\n\n".join(text)
 
 

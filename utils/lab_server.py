@@ -43,6 +43,53 @@ def command(*, port: int, token: str, root: Path = REPO_ROOT, open_browser: bool
         + ([] if open_browser else ["--no-browser"]) + (["--allow-root"] if os.geteuid() == 0 else [])
 
 
+KERNELS_DIR = SETTINGS_DIR / "jupyter"  # JUPYTER_PATH entry: the course's python3 kernel (utils/checks/not_run.py)
+
+
+def environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment JupyterLab runs in: `base` (default os.environ) with the course's kernel first on
+    JUPYTER_PATH. That kernel is Python's own with one line run at start, `import utils.checks.not_run`, so a check
+    cell run in a fresh kernel, before the lab's import cell, says which cell to run first (no NameError)."""
+    env = dict(os.environ if base is None else check_instance("base", base, dict))
+    env["JUPYTER_PATH"] = os.pathsep.join([str(KERNELS_DIR), *filter(None, [env.get("JUPYTER_PATH")])])
+    return env
+
+
+def open_sessions(path: Path, servers: list[dict] | None = None) -> list[str]:
+    """The running Jupyter servers (this user's, from their runtime files) that have `path` open with a kernel:
+    a line each. A reset under an open notebook is undone by JupyterLab's next autosave."""
+    path = Path(check_instance("path", path, (str, Path))).resolve()
+    if servers is not None:
+        servers = list(check_instance("servers", servers, (list, tuple)))
+        for server in servers:
+            check_instance("servers item", server, dict)
+    if servers is None:
+        try:
+            from jupyter_server.serverapp import list_running_servers
+
+            servers = list(list_running_servers())
+        except Exception:  # no jupyter_server, or unreadable runtime files: nothing known to be open
+            return []
+    found = []
+    for server in servers:
+        root, url, token = server.get("root_dir"), server.get("url", ""), server.get("token", "")
+        if not root:
+            continue
+        try:
+            import json
+            import urllib.request
+
+            with urllib.request.urlopen(f"{url.rstrip('/')}/api/sessions?token={token}", timeout=3) as response:
+                sessions = json.loads(response.read())
+        except (OSError, ValueError):
+            continue
+        for session in sessions:
+            opened = session.get("path") or session.get("notebook", {}).get("path", "")
+            if opened and (Path(root) / opened).resolve() == path:
+                found.append(f"{opened} is open in the JupyterLab at {url} (its kernel is running)")
+    return found
+
+
 def port_in_use(port: int) -> bool:
     """Whether something already listens on 127.0.0.1:`port` (e.g. an earlier `make lab`)."""
     check_int("port", port, minimum=1, maximum=65535)
@@ -67,9 +114,16 @@ def copy_labs(labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LABS_DIR) -> lis
     return copied
 
 
-def reset_lab(number: str, labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LABS_DIR) -> Path:
+class LabOpen(RuntimeError):
+    """The lab to reset is open in a running JupyterLab: its autosave would write the old copy back."""
+
+
+def reset_lab(number: str, labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LABS_DIR,
+              servers: list[dict] | None = None) -> Path:
     """Start lab `number` ("06") over: the learner's copy moves to my-labs/.previous/ (time-stamped) and a fresh
-    copy of labs/labNN_*.ipynb takes its place. Returns the fresh copy."""
+    copy of labs/labNN_*.ipynb takes its place. Returns the fresh copy. Raises LabOpen, touching nothing, while a
+    running JupyterLab has the copy open (`servers`: the running servers, default: found from Jupyter's runtime
+    files), since its next autosave would silently write the old copy back."""
     check_str("number", number)
     if not (len(number) == 2 and number.isdigit()):
         raise ValueError(f"number must be a two-digit lab number such as '06', got {number!r}")
@@ -78,8 +132,15 @@ def reset_lab(number: str, labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LAB
     matches = sorted(labs_dir.glob(f"lab{number}_*.ipynb"))
     if not matches:
         raise ValueError(f"number {number!r}: no lab lab{number}_*.ipynb in {labs_dir}")
+    if servers is not None:
+        check_instance("servers", servers, (list, tuple))
     lab = matches[0]
     target = my_labs_dir / lab.name
+    still_open = open_sessions(target, servers)
+    if still_open:
+        raise LabOpen(f"{still_open[0]}. Close it first in JupyterLab (File > Close and Shut Down Notebook), then "
+                      f"run `make reset-lab N={number}` again: while it is open, JupyterLab's next autosave writes "
+                      "your old copy back over the fresh one.")
     if target.exists():
         previous = my_labs_dir / ".previous"
         previous.mkdir(parents=True, exist_ok=True)
@@ -100,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.reset_lab is not None:
         try:
             fresh = reset_lab(args.reset_lab)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, LabOpen) as exc:
             parser.exit(2, f"utils.lab_server: {exc}\n")
         print(f"{fresh.relative_to(REPO_ROOT)} is a fresh copy of the lab (your old one is in my-labs/.previous/).")
         return
@@ -117,7 +178,8 @@ def main(argv: list[str] | None = None) -> None:
           "there (git ignores it), labs/ stays as generated; `make reset-lab N=06` starts one over.", flush=True)
     url = f"http://127.0.0.1:{args.port}/lab/tree/{FIRST_NOTEBOOK}?token={token}&file-browser-path=/"
     print(f"Starting JupyterLab (a few seconds) ...\nJupyterLab: {url}", flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            env=environment())
     announced = False
     try:
         assert proc.stdout is not None

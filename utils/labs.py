@@ -501,22 +501,60 @@ def _nbgrader(cell: Any, grade_id: str, *, grade: bool, solution: bool, locked: 
     cell.metadata["nbgrader"] = meta
 
 
-def _grade_source(check: str) -> str:
-    """A check cell as an nbgrader test cell: the check's verdict shown, and an AssertionError unless it passed."""
-    return ("_verdict = " + check.strip() + "\ndisplay(_verdict)\n"
-            "assert _verdict.status == \"passed\", str(_verdict)")
+RUNNER = REPO_ROOT / "grading" / "runner.py"
+# While nbgrader autogrades (it sets NBGRADER_EXECUTION=autograde in the kernel), the learner's cells import sealed
+# check modules (grading/runner.py: seal) and the locked grade cells open the real ones fresh from disk for their
+# own run only, as `make grade` does; in the learner's own session everything is as in the lab.
+_AUTOGRADING = "__import__('os').environ.get('NBGRADER_EXECUTION') == 'autograde'"
 
 
-def _hidden_source(check: str, exercise: str, hidden_file: Path) -> str:
+def _load_runner_source() -> str:
+    return ("import importlib.util as _iu\n"
+            f"_spec = _iu.spec_from_file_location('_course_grading_runner', {str(RUNNER)!r})\n"
+            "_runner = _iu.module_from_spec(_spec)\n_spec.loader.exec_module(_runner)\n")
+
+
+def _seal_source(imports: dict[str, list[str]]) -> str:
+    """nbgrader's first (locked) cell: seal the lab's check modules while autograding."""
+    body = _load_runner_source() + f"_runner.seal({imports!r})\ndel _runner, _spec, _iu\n"
+    return f"if {_AUTOGRADING}:  # nbgrader is grading: the checks hold no answer for the learner's cells\n" + \
+        "".join(f"    {line}\n" for line in body.splitlines())
+
+
+def _opened(modules: list[str], autograding: str, otherwise: str) -> str:
+    """Source that runs `autograding` with the real check modules opened (as `_fresh`) while nbgrader autogrades,
+    and `otherwise` in the learner's own session."""
+    names = ", ".join(f"{m!r}" for m in modules)
+    return (f"if {_AUTOGRADING}:\n" + "".join(f"    {line}\n" for line in _load_runner_source().splitlines())
+            + f"    with _runner.opened([{names}]) as _fresh:\n"
+            + "".join(f"        {line}\n" for line in autograding.splitlines())
+            + "else:\n" + "".join(f"    {line}\n" for line in otherwise.splitlines()))
+
+
+def _grade_source(check: str, modules: list[str] | None = None) -> str:
+    """A check cell as an nbgrader test cell: the check's verdict shown, and an AssertionError unless it passed
+    (while autograding, the check function comes from the real module, opened fresh: the learner's was sealed)."""
+    shown = "display(_verdict)\nassert _verdict.status == \"passed\", str(_verdict)"
+    if not modules:
+        return "_verdict = " + check.strip() + "\n" + shown
+    name = parse_check_call(check)[0]
+    real = (f"_check = next(getattr(m, {name!r}) for m in _fresh.values() if hasattr(m, {name!r}))\n"
+            f"_verdict = eval({check.strip()!r}, {{**globals(), {name!r}: _check}})")
+    return _opened(modules, real, "_verdict = " + check.strip()) + shown
+
+
+def _hidden_source(check: str, exercise: str, hidden_file: Path, modules: list[str] | None = None) -> str:
     """The held-out cases of one exercise as nbgrader hidden tests: grading/hidden/chNN.py inlined (nbgrader removes
     the block from the students' version and restores it when autograding), called with the check's arguments."""
     _, args, kwargs = parse_check_call(check)
     text = "".join(line for line in hidden_file.read_text(encoding="utf-8").splitlines(keepends=True)
                    if not line.startswith("from __future__"))
     call = ", ".join([*args, *(f"{k}={v}" for k, v in kwargs.items())])
-    return (f"### BEGIN HIDDEN TESTS\n_hidden: dict = {{}}\n"
-            f"exec(compile({text!r}, {str(hidden_file.relative_to(REPO_ROOT))!r}, \"exec\"), _hidden)\n"
-            f"_hidden[\"HIDDEN\"][{exercise!r}]({call})\n### END HIDDEN TESTS")
+    run = (f"_hidden: dict = {{}}\n"
+           f"exec(compile({text!r}, {str(hidden_file.relative_to(REPO_ROOT))!r}, \"exec\"), _hidden)\n"
+           f"_hidden[\"HIDDEN\"][{exercise!r}]({call})")
+    body = _opened(modules, run, run) if modules else run + "\n"
+    return f"### BEGIN HIDDEN TESTS\n{body}### END HIDDEN TESTS"
 
 
 def nbgrader_source(solution: NotebookNode, name: str, hidden_dir: Path = HIDDEN_DIR) -> NotebookNode:
@@ -529,7 +567,10 @@ def nbgrader_source(solution: NotebookNode, name: str, hidden_dir: Path = HIDDEN
     exercises = {e.cell_index: e for e in lab_exercises(nb, name)}
     with_hidden = hidden_exercises(name, hidden_dir)
     hidden_file = hidden_path(name, hidden_dir)
-    cells = []
+    imports = check_imports(nb)
+    seal = nbformat.v4.new_code_cell(_seal_source(imports))
+    _nbgrader(seal, "grader-seal", grade=False, solution=False, locked=True)
+    cells = [seal] if imports else []
     for index, cell in enumerate(nb.cells):
         meta = course_metadata(cell)
         if cell.cell_type == "code":
@@ -548,12 +589,12 @@ def nbgrader_source(solution: NotebookNode, name: str, hidden_dir: Path = HIDDEN
             points = next(e.points for e in exercises.values() if e.id == ex_id)
             hidden = ex_id in with_hidden and hidden_file is not None
             check = cell.source
-            cell.source = _grade_source(check)
+            cell.source = _grade_source(check, list(imports))
             _nbgrader(cell, f"ex{ex_id}-public", grade=True, solution=False, locked=True,
                       points=points / 2 if hidden else points)
             cells.append(cell)
             if hidden:
-                extra = nbformat.v4.new_code_cell(_hidden_source(check, ex_id, hidden_file))
+                extra = nbformat.v4.new_code_cell(_hidden_source(check, ex_id, hidden_file, list(imports)))
                 _nbgrader(extra, f"ex{ex_id}-hidden", grade=True, solution=False, locked=True, points=points / 2)
                 cells.append(extra)
             continue
@@ -561,6 +602,35 @@ def nbgrader_source(solution: NotebookNode, name: str, hidden_dir: Path = HIDDEN
     nb.cells = cells
     nb.metadata.pop("course", None)
     return nb
+
+
+def check_imports(nb: NotebookNode) -> dict[str, list[str]]:
+    """{module: names} a lab imports from its check modules (utils.checks.X, except core, wire and protocol)."""
+    imported: dict[str, set[str]] = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("utils.checks.") \
+                    and node.level == 0 and node.module not in UNSEALED_MODULES:
+                imported.setdefault(node.module, set()).update(a.name for a in node.names if a.name != "*")
+    return {m: sorted(n) for m, n in sorted(imported.items())}
+
+
+UNSEALED_MODULES = ("utils.checks.core", "utils.checks.wire", "utils.checks.protocol", "utils.checks.not_run")
+
+
+NBGRADER_NEXT = """
+Next (docs/instructors.md, "Grading with nbgrader"):
+  make nbgrader-env                                            # once: nbgrader into build/nbgrader-site, not the venv
+  make nbgrader-run ARGS='generate_assignment lab03_loss_scaling'   # {folder}/release/: what learners get
+  # collect submissions into {folder}/submitted/<student>/lab03_loss_scaling/lab03_loss_scaling.ipynb, then
+  make nbgrader-run ARGS='autograde lab03_loss_scaling'
+(nbgrader runs the submitted code on this machine: use a container for untrusted submissions.)"""
 
 
 def write_nbgrader(out_dir: Path, solutions_dir: Path = SOLUTIONS_DIR, hidden_dir: Path = HIDDEN_DIR,
@@ -603,6 +673,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if problems else 0
         if args.nbgrader is not None:
             print("\n".join(write_nbgrader(args.nbgrader, args.solutions)))
+            print(NBGRADER_NEXT.format(folder=args.nbgrader))
             return 0
         if args.guide:
             print(write_guide(args.solutions, args.guide_file))

@@ -1,4 +1,5 @@
-"""Each chapter ends with clickable links: its lab, the previous and the next chapter.
+"""Each chapter ends with clickable links: its lab (the learner's copy in my-labs/, which `make lab` makes, and the
+generated one in labs/ to read), the previous and the next chapter.
 
 `python -m utils.navigation --apply` writes (or rewrites) that closing Markdown cell, marked with the cell metadata
 `course.navigation`; a test fails while a chapter lacks it or it is stale. Markdown only: the chapters' code and
@@ -38,8 +39,10 @@ def navigation_markdown(chapter: Path) -> str:
     parts = []
     labs = sorted(LABS.glob(f"lab{names[i][:2]}_*.ipynb"))
     if labs:
-        parts.append(f"**Practise:** [lab {names[i][:2]}](../labs/{labs[0].name}) (work in your copy, "
-                     f"`my-labs/{labs[0].name}`, which `make lab` makes)")
+        parts.append(f"**Practise:** [lab {names[i][:2]}](../my-labs/{labs[0].name}), your own copy, which `make lab` "
+                     f"makes (git ignores it; `make reset-lab N={names[i][:2]}` starts it over). To read it without "
+                     f"working in it: [labs/{labs[0].name}](../labs/{labs[0].name}), generated: your work there "
+                     "would break `make test`'s lab check")
     if i + 1 < len(chapters):
         parts.append(f"**Next:** [{_title(chapters[i + 1])}]({names[i + 1]})")
     if i > 0:

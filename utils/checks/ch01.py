@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, guarded, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
 from utils.estimate import TransformerShape, measure_step, transformer_activation_bytes
 from utils.measure import optimizer_state_bytes, saved_activation_bytes
 from utils.models import GPT, Block, GPTConfig, cnn, gpt_batch, mlp
@@ -111,9 +111,7 @@ def check_block_prediction(prediction: int, reasoning: str, measure_block: Calla
         guess = answered(prediction, "prediction")
         if isinstance(guess, bool) or not isinstance(guess, int | float):
             raise CheckFailed("prediction as a number of bytes", repr(guess))
-        words = answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 12:
-            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        expect_reasoning(reasoning, "1.3")
         truth = block_prediction_truth()
         if abs(guess - truth) > 0.05 * truth:
             raise CheckFailed("a prediction within 5% of what that block saves", f"{guess:,}",

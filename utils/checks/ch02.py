@@ -12,21 +12,32 @@ from collections.abc import Callable
 
 import torch
 
-from utils.checks.core import TORCHAO_FP8, CheckFailed, Verdict, answered, guarded, own_work, run_check
+from utils.checks.core import (
+    TORCHAO_FP8,
+    CheckFailed,
+    Verdict,
+    answered,
+    expect_reasoning,
+    guarded,
+    own_work,
+    run_check,
+)
 from utils.formats import decode, encode
 
 # The library implementations of exercise 2.1: the course's codec and struct's half-precision format
 DECODE_LIBRARY = (decode, encode, struct.unpack, struct.unpack_from)
+DECODE_MODULES = ("numpy",)  # numpy's float16 (a view or cast of the bits) decodes the format for the learner
 
 
 def check_decode_fp16(decode_fp16: Callable[[int], float]) -> Verdict:
     """Exercise 2.1: every one of the 65536 FP16 bit patterns, against torch."""
 
     def body() -> None:
+        # the learner's answers first, the truth after: nothing the check computed is on the stack while they run
+        with own_work(*DECODE_LIBRARY, dtypes=(torch.float16,), modules=DECODE_MODULES):  # one watch, 65536 calls
+            answers = [decode_fp16(code) for code in range(2**16)]
         codes = torch.arange(2**16, dtype=torch.int32)
         values = torch.where(codes >= 2**15, codes - 2**16, codes).to(torch.int16).view(torch.float16).double()
-        with own_work(*DECODE_LIBRARY, dtypes=(torch.float16,)):  # one watch over all 65536 calls
-            answers = [decode_fp16(code) for code in range(2**16)]
         for code, expected, got in zip(range(2**16), values.tolist(), answers, strict=True):
             ok = (math.isnan(got) and math.isnan(expected)) if math.isnan(expected) else got == expected
             if not ok:
@@ -100,10 +111,10 @@ def check_round_to_format(round_to_format: Callable[[float, int, int], float]) -
 
 def expect_decode_fp16(decode_fp16: Callable[[int], float], codes: list[int]) -> None:
     """Each code against torch's view of the bits as float16, signs of zeros included."""
-    decode_fp16 = guarded(decode_fp16, *DECODE_LIBRARY, dtypes=(torch.float16,))
+    decode_fp16 = guarded(decode_fp16, *DECODE_LIBRARY, dtypes=(torch.float16,), modules=DECODE_MODULES)
+    answers = [decode_fp16(code) for code in codes]  # the learner's answers before the truth is computed
     t = torch.tensor([c - 2**16 if c >= 2**15 else c for c in codes], dtype=torch.int32).to(torch.int16)
-    for code, expected in zip(codes, t.view(torch.float16).double().tolist(), strict=True):
-        got = decode_fp16(code)
+    for code, expected, got in zip(codes, t.view(torch.float16).double().tolist(), answers, strict=True):
         ok = math.isnan(got) if math.isnan(expected) else (got == expected and
                                                           math.copysign(1.0, got) == math.copysign(1.0, expected))
         if not ok:
@@ -222,9 +233,7 @@ def check_zero_fraction(prediction: float, reasoning: str, fp8_zero_fraction: Ca
         guess = answered(prediction, "prediction")
         if isinstance(guess, bool) or not isinstance(guess, int | float) or not guess > 0:
             raise CheckFailed("prediction as a positive number of weights", repr(guess))
-        words = answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 12:
-            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        expect_reasoning(reasoning, "2.4")
         want = reference_flushed_model(LLAMA8B_LINEAR_WEIGHTS, "e4m3")
         if not want / PREDICT_FACTOR <= guess <= want * PREDICT_FACTOR:
             raise CheckFailed("a prediction within 7% of the expected count", repr(guess),

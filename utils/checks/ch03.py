@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from utils.checks.core import CheckFailed, Verdict, answered, guarded, own_work, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_reasoning, guarded, own_work, run_check
 
 # 3.1 -------------------------------------------------------------------------------------------------------------
 # The prediction: Llama-3-8B's 8,030,261,248 gradients, log2|g| ~ Normal(-28, 4), stored in FP16 after scaling
@@ -74,9 +74,7 @@ def check_flushed(prediction: tuple[int, float], reasoning: str, fraction_flushe
                 and not isinstance(guess[0], bool) and isinstance(guess[1], int | float)
                 and not isinstance(guess[1], bool) and 0 <= guess[1] <= 1):
             raise CheckFailed("prediction = (k, fraction lost): an int and a fraction from 0 to 1", repr(guess))
-        words = answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 12:
-            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        expect_reasoning(reasoning, "3.1")
         k, lost = reference_prediction(LLAMA8B_PARAMS, PREDICT_MEAN, PREDICT_SD)
         if guess[0] != k:
             raise CheckFailed(f"the largest safe exponent k = {k}", repr(guess[0]),

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from utils.architectures import PUBLISHED_PARAMS
-from utils.checks.core import CheckFailed, Verdict, guarded, run_check
+from utils.checks.core import CheckFailed, Verdict, expect_reasoning, guarded, run_check
 from utils.measure import optimizer_state_bytes, step_peak
 from utils.models import GPT, GPTConfig, gpt_batch, mlp
 
@@ -153,9 +153,7 @@ def check_bytes_per_param(prediction: dict, reasoning: str, bytes_per_param: Cal
         if not isinstance(guess, dict) or set(guess) != set(BACKWARD_PEAK_BYTES) or any(
                 isinstance(v, bool) or not isinstance(v, int | float) for v in guess.values()):
             raise CheckFailed(f"prediction as a dict of GiB with the keys {tuple(BACKWARD_PEAK_BYTES)}", repr(guess))
-        words = _answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 12:
-            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        expect_reasoning(reasoning, "4.2")
         for recipe, truth in backward_peak_truth().items():
             if abs(guess[recipe] - truth) > 0.05 * truth:
                 raise CheckFailed(f"a prediction for {recipe!r} within 5% of {truth:.1f} GiB", f"{guess[recipe]}",

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, guarded, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
 from utils.measure import saved_activation_bytes
 
 
@@ -145,9 +145,7 @@ def check_optimal_segments(prediction: dict, reasoning: str, optimal_segments: C
                 or isinstance(guess["segments"], bool) or not isinstance(guess["segments"], int) \
                 or isinstance(guess["peak_gib"], bool) or not isinstance(guess["peak_gib"], int | float):
             raise CheckFailed("prediction as {'segments': an int, 'peak_gib': a number}", repr(guess))
-        words = answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 12:
-            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        expect_reasoning(reasoning, "5.2")
         depth = PREDICT_BIG[0]
         peaks, truth = segment_peaks(*PREDICT_BIG), predicted_segments_truth()
         k = guess["segments"]

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, guarded, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
 from utils.measure import saved_activation_bytes
 from utils.models import GPT, GPTConfig
 from utils.quiet import install_filters
@@ -166,9 +166,7 @@ def check_adam_prediction(prediction: float, reasoning: str, params_changed: Cal
         guess = answered(prediction, "prediction")
         if isinstance(guess, bool) or not isinstance(guess, int | float):
             raise CheckFailed("prediction as a number of parameters", repr(guess))
-        words = answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 12:
-            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        expect_reasoning(reasoning, "6.2")
         truth = params_changed_truth(*PREDICT_CASE)
         if abs(guess - truth) > 0.15 * truth:
             raise CheckFailed(f"a prediction within 15% of {truth / 1e9:.2f} billion parameters", f"{guess:.4g}",

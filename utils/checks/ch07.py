@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, guarded, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
 from utils.oom import run_oom_safe, run_step_oom_safe
 from utils.profiling import graph_held_bytes, largest_fitting
 
@@ -209,9 +209,7 @@ def check_kept_graph(prediction: int, reasoning: str, kept_loss_bytes: Callable[
         guess = answered(prediction, "prediction")
         if isinstance(guess, bool) or not isinstance(guess, int | float):
             raise CheckFailed("prediction as a number of bytes", repr(guess))
-        words = answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 12:
-            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        expect_reasoning(reasoning, "7.2")
         truth = reference_kept_loss_bytes(LLAMA8B, PREDICT_SEQ)
         if abs(guess - truth) > 0.01 * truth:
             raise CheckFailed(f"a prediction within 1% of the graph's bytes ({truth / 2**30:.1f} GiB)",

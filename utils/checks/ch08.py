@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from utils.checks.core import TORCHAO_FP8, CheckFailed, Verdict, guarded, run_check
+from utils.checks.core import TORCHAO_FP8, CheckFailed, Verdict, expect_reasoning, guarded, run_check
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -188,9 +188,7 @@ def check_mx_bytes(prediction: int, reasoning: str, mx_quantize: Callable[..., t
         guess = _answered(prediction, "prediction")
         if isinstance(guess, bool) or not isinstance(guess, int | float):
             raise CheckFailed("prediction as a number of bytes", repr(guess))
-        words = _answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 12:
-            raise CheckFailed("a reasoning of two or three sentences (12 words or more)", repr(words))
+        expect_reasoning(reasoning, "8.2")
         n = llama_linear_weights(*(LLAMA8B[k] for k in ("d_model", "n_layer", "n_head", "n_kv_head", "ffn_hidden")))
         truth = n + n // 32
         if abs(guess - truth) > 0.01 * truth:

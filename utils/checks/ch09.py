@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import utils.plan
-from utils.checks.core import CheckFailed, Verdict, answered, expect_close, guarded, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_close, expect_reasoning, guarded, run_check
 from utils.chunked_loss import _chunk_loss, chunked_cross_entropy
 from utils.estimate import shape_of
 from utils.models import GPTConfig
@@ -110,10 +110,7 @@ def check_lora_prediction(prediction: Any, reasoning: Any, count_trainable: Call
 
     def body() -> None:
         pred = answered(prediction, "prediction")
-        why = answered(reasoning, "reasoning")
-        if not isinstance(why, str) or len(why.split()) < 8:
-            raise CheckFailed("a reasoning of a sentence or two", repr(why), "say which matrices get adapters and "
-                              "how many parameters each adds.")
+        expect_reasoning(reasoning, "9.2")
         truth = llama_lora_truth(**LLAMA8B_LORA)
         if not isinstance(pred, int | float) or isinstance(pred, bool) or abs(pred - truth) > 0.02 * truth:
             near_mha = abs(pred - 32 * 16 * 4 * 8192) <= 0.02 * truth if isinstance(pred, int | float) else False

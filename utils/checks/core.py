@@ -9,6 +9,7 @@ passing verdict says "public checks passed", never that everything passed.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import html
 import inspect
@@ -16,13 +17,16 @@ import os
 import random
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
-from utils.checks.protocol import CHECK_MIME, STRICT_ENV
+from utils.checks.not_run import install_not_run_handler
+from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, STRICT_ENV
+from utils.checks.wire import Unplain, plain
 from utils.validate import check_number
 
 STATUSES = ("passed", "failed", "not attempted", "error")
@@ -57,10 +61,20 @@ class Verdict:
         return f"Exercise {self.exercise} ({worth}): {mark[self.status]}. {self.message}"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        colour = {"passed": "#1a7f37", "failed": "#b35900", "not attempted": "#57606a", "error": "#cf222e"}
-        text = html.escape(str(self))
-        return {"text/plain": str(self), CHECK_MIME: asdict(self),
-                "text/html": f'<pre style="color:{colour[self.status]};white-space:pre-wrap">{text}</pre>'}
+        return {"text/plain": str(self), CHECK_MIME: asdict(self), "text/html": self.html()}
+
+    def html(self) -> str:
+        """The verdict as JupyterLab shows it: the status as a coloured label, the message in the notebook's own
+        text font and colour, wrapped between words (a long formula may break after a symbol, never mid-word)."""
+        colour = {"passed": "#1a7f37", "failed": "#9a3412", "not attempted": "#57606a", "error": "#cf222e"}
+        mark = {"passed": "PUBLIC CHECKS PASSED", "failed": "NOT YET", "not attempted": "NOT ATTEMPTED",
+                "error": "ERROR"}
+        worth = f"{self.max_points:g} point{'' if self.max_points == 1 else 's'}"
+        return (f'<div class="course-check course-check-{self.status.replace(" ", "-")}" style="font-family:inherit;'
+                f"white-space:normal;word-break:normal;overflow-wrap:break-word;hyphens:none;line-height:1.5;"
+                f'border-left:4px solid {colour[self.status]};padding:2px 0 2px 10px">'
+                f'<strong style="color:{colour[self.status]}">Exercise {html.escape(self.exercise)} ({worth}): '
+                f"{mark[self.status]}.</strong> {html.escape(self.message)}</div>")
 
 
 def run_check(exercise: str, body: Callable[[], Any], *, points: float = 1.0) -> Verdict:
@@ -106,9 +120,9 @@ def _run_check(exercise: str, body: Callable[[], Any], points: float) -> Verdict
 
 
 def _codes(target: Any) -> set[Any]:
-    """The code objects a call to `target` runs first: a function's (and what it wraps), a class's methods. A
-    string "module:attribute" names a library's function; it is watched only if the learner's code imported that
-    module (nothing is imported here)."""
+    """The code objects a call to `target` runs first: a function's (and what it wraps, and the functions nested in
+    it), a class's methods. A string "module:attribute" names a library's function; it is watched only if the
+    learner's code imported that module (nothing is imported here)."""
     if isinstance(target, str):
         module, _, name = target.partition(":")
         loaded = sys.modules.get(module)
@@ -125,8 +139,69 @@ def _codes(target: Any) -> set[Any]:
     while target is not None:
         code = getattr(target, "__code__", None)
         if code is not None:
-            found.add(code)
+            found |= _nested(code)
         target = getattr(target, "__wrapped__", None)
+    return found
+
+
+def _top_codes(targets: tuple) -> set[Any]:
+    """The code objects of the targets' own named functions and methods (not what is nested in them)."""
+    return {c for t in targets if not inspect.isbuiltin(t) for c in _codes(t)
+            if not c.co_name.startswith("<") and "<locals>" not in getattr(c, "co_qualname", "")}
+
+
+def _nested(code: Any) -> set[Any]:
+    """A code object and every code object nested in it (its inner functions, lambdas and comprehensions)."""
+    found = {code}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            found |= _nested(const)
+    return found
+
+
+MIN_SIGNATURE_BYTES = 48  # shorter bytecode (a one-line formula) is too likely to be the learner's own honest code
+
+
+def signature(code: Any) -> tuple | None:
+    """What a copy of a function's code keeps whatever it is renamed to (`code.replace(co_name=...)`, a new
+    `types.FunctionType`, or its source pasted under another name): its bytecode and the names and constants it
+    uses. None for bytecode too short to tell a copy from an honest one-liner."""
+    if len(code.co_code) < MIN_SIGNATURE_BYTES:
+        return None
+    consts = tuple(signature(c) if inspect.iscode(c) else repr(c) for c in code.co_consts)
+    return (code.co_code, code.co_names, consts)
+
+
+# What a learner's call may not do while a check watches it: switch the watch off or start threads it cannot see.
+_WATCH_SWITCHES = (sys.setprofile, sys.settrace)
+# Threads that belong to the kernel, the test runner or a library's own machinery (by the module of the thread's
+# class or target); any other Python thread alive when a watched call starts could run a reference unseen.
+_KERNEL_THREAD_MODULES = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "debugpy",
+                          "pydevd", "_pydevd", "pytest_timeout", "_pytest", "xdist", "execnet", "torch.utils.data",
+                          "asyncio", "anyio", "tqdm")
+
+
+def _thread_module(thread: threading.Thread) -> str:
+    target = getattr(thread, "_target", None)
+    if type(thread) is threading.Thread and target is not None:
+        return str(getattr(target, "__module__", "") or "")
+    return type(thread).__module__
+
+
+def foreign_threads() -> list[str]:
+    """The names of the Python threads, other than the calling one, that are neither the kernel's nor the test
+    runner's: a thread started by the learner's code (a thread pool left running, a timer)."""
+    me = threading.get_ident()
+    found = []
+    known = {t.ident: t for t in threading.enumerate()}
+    for ident in sys._current_frames():
+        if ident == me:
+            continue
+        thread = known.get(ident)
+        if thread is None:  # started with _thread.start_new_thread: no threading object to vouch for it
+            found.append(f"thread {ident}")
+        elif thread is not threading.main_thread() and not _thread_module(thread).startswith(_KERNEL_THREAD_MODULES):
+            found.append(thread.name)
     return found
 
 
@@ -150,33 +225,67 @@ class _DtypeWatch(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@contextlib.contextmanager
-def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), what: str = "") -> Iterator[None]:
-    """Fail the check when the code run inside the block calls any of `targets` (Python functions or classes, or
-    builtins such as struct.unpack), or any torch function with one of `dtypes` as an argument: the check's own
-    reference, or the library implementation the exercise asks the learner to write.
+def _module_of(code: Any) -> str:
+    return code.co_filename.replace("\\", "/")
 
-    Python calls are seen by a profile hook (it sees a function however it was imported, wrapped or renamed), so
-    a submission that hands back the reference's answer by calling it earns nothing. Wrap only the learner's calls.
+
+@contextlib.contextmanager
+def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = (), what: str = ""
+             ) -> Iterator[None]:
+    """Fail the check when the code run inside the block calls any of `targets` (Python functions or classes, or
+    builtins such as struct.unpack), a copy of one of them (the same bytecode under another name or code object),
+    any torch function with one of `dtypes` as an argument, or anything of the packages named in `modules` (e.g.
+    "numpy", whose casts and bit views decode a format for the learner): the check's own reference, or the library
+    implementation the exercise asks the learner to write.
+
+    Python calls are seen by a profile hook (it sees a function however it was imported, wrapped or renamed), set
+    in the calling thread and in every thread started inside the block. The block also fails when the code switches
+    the hook off (sys.setprofile, sys.settrace), starts a thread outside `threading`, or when a thread of the
+    learner's (a pool left running) is alive as the block starts: such a thread could run the reference unseen.
+    A submission that hands back the reference's answer by calling it earns nothing. Wrap only the learner's calls.
     """
     builtins = {id(t) for t in targets if inspect.isbuiltin(t)}
     codes: set[Any] = set().union(*(_codes(t) for t in targets if not inspect.isbuiltin(t)))
-    if not codes and not builtins and not dtypes:
-        raise ValueError("own_work needs a Python function, a class, a builtin or a dtype to watch")
+    if not codes and not builtins and not dtypes and not modules:
+        raise ValueError("own_work needs a Python function, a class, a builtin, a dtype or a module to watch")
+    # copies are matched on the targets' own functions (a lambda or a generator expression is too short and too
+    # common to tell apart from the learner's; a copied function still runs the originals' nested code objects)
+    signatures = {s for s in map(signature, _top_codes(targets)) if s is not None}
+    folders = tuple(f"/{m.replace('.', '/')}/" for m in modules)
     hits: list[str] = []
     previous = sys.getprofile()
+    previous_thread_hook = getattr(threading, "_profile_hook", None)
+    start_thread = threading.Thread.start.__code__
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if not hits:
-            if event == "call" and frame.f_code in codes:
-                hits.append(getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
-            elif event == "c_call" and id(arg) in builtins:
-                hits.append(getattr(arg, "__qualname__", repr(arg)))
+            if event == "call":
+                code = frame.f_code
+                if code in codes or (signatures and signature(code) in signatures):
+                    hits.append(f"a call to {getattr(code, 'co_qualname', code.co_name)}")
+                elif folders and any(f in _module_of(code) for f in folders):
+                    hits.append(f"a call to {code.co_name} of {modules[0]}")
+            elif event == "c_call":
+                if id(arg) in builtins:
+                    hits.append(f"a call to {getattr(arg, '__qualname__', repr(arg))}")
+                elif any(arg is s for s in _WATCH_SWITCHES) and frame.f_code is not _OWN_WORK_CODE:
+                    hits.append(f"a call to sys.{arg.__name__} (switching off the check's watch)")
+                elif arg is _thread.start_new_thread and frame.f_code is not start_thread:
+                    hits.append("a call to _thread.start_new_thread (a thread the check cannot watch)")
+                elif modules and str(getattr(arg, "__module__", "") or getattr(
+                        type(getattr(arg, "__self__", None)), "__module__", "")).startswith(modules):
+                    name = getattr(arg, "__qualname__", getattr(arg, "__name__", "function"))
+                    hits.append(f"a call to {modules[0]}'s {name}")
         if previous is not None:
             previous(frame, event, arg)
 
     failure: BaseException | None = None
     mode = _DtypeWatch(set(dtypes), hits) if dtypes else contextlib.nullcontext()
+    running = foreign_threads()
+    if running:
+        hits.append(f"a thread of your code ({running[0]}) running while the check calls your answer (a thread's "
+                    "calls are not watched: shut your thread pools down, or do the work in the calling thread)")
+    threading.setprofile(profile)
     sys.setprofile(profile)
     try:
         with mode:
@@ -184,23 +293,30 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), what: str = ""
     except BaseException as exc:  # a delegated call that also failed reports the delegation
         failure = exc
     finally:
+        replaced = sys.getprofile() is not profile
         sys.setprofile(previous)
+        threading.setprofile(previous_thread_hook)
+    if replaced and not hits:
+        hits.append("a replaced profile hook (switching off the check's watch)")
     if hits:
-        raise CheckFailed("your own code" + (f" for {what}" if what else ""), f"a call to {hits[0]}",
+        raise CheckFailed("your own code" + (f" for {what}" if what else ""), hits[0],
                           "the exercise asks you to write this yourself: the check's reference and the library's "
                           "implementation are what your answer is compared with, not a way to produce it.")
     if failure is not None:
         raise failure
 
 
-def guarded(fn: Any, *targets: Any, dtypes: tuple[torch.dtype, ...] = ()) -> Any:
-    """`fn` (a learner's function) with each call run under `own_work(*targets, dtypes=dtypes)`; anything that is
-    not callable comes back unchanged, for the check to report."""
+_OWN_WORK_CODE = own_work.__wrapped__.__code__  # its own sys.setprofile calls are not the learner's
+
+
+def guarded(fn: Any, *targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = ()) -> Any:
+    """`fn` (a learner's function) with each call run under `own_work(*targets, dtypes=dtypes, modules=modules)`;
+    anything that is not callable comes back unchanged, for the check to report."""
     if not callable(fn):
         return fn
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        with own_work(*targets, dtypes=dtypes):
+        with own_work(*targets, dtypes=dtypes, modules=modules):
             return fn(*args, **kwargs)
 
     return call
@@ -217,8 +333,69 @@ def answered(value: Any, name: str) -> Any:
     return value
 
 
+# The quantities each prediction reasons with, in the exercise's own terms: a reasoning must name at least two of
+# them (a pattern each, case-insensitive). One that names none (a sentence about anything, "I read it from the
+# check") is refused, and the grader lists it for the instructor to read by hand.
+REASONING_TERMS: dict[str, dict[str, str]] = {
+    "0.4": {"view": r"\bview|slice", "copy": r"cop(y|ies)|contiguous", "bytes": r"\bbytes?\b|\bB\b",
+            "element size or dtype": r"element|fp32|float32|bf16|bfloat16|dtype", "storage": r"storage|alive|keeps"},
+    "1.3": {"LayerNorm": r"layer ?norm|\bnorm\b", "Linear inputs": r"linear|qkv|q/k/v|fc1|fc2|input",
+            "tokens": r"token|seq|8,?192", "bytes per element": r"bytes?|fp32|float32|\b4 ?b\b",
+            "attention": r"attention|sdpa|softmax|log-?sum-?exp", "GELU": r"gelu|4d|4 ?x ?d|mlp",
+            "width": r"d_model|width|4,?096|hidden"},
+    "2.4": {"amax": r"amax|max(imum)?\b", "standard deviations": r"standard deviation|\bsd\b|sigma|std|σ",
+            "scaling": r"scal(e|ing)", "flush to zero": r"flush|underflow|zero|subnormal",
+            "E4M3": r"e4m3|fp8", "Gaussian density": r"gaussian|normal|density|cdf",
+            "weights": r"weight|tensor|matri(x|ces)|linear"},
+    "3.1": {"overflow": r"overflow|65,?504|inf", "underflow": r"underflow|flush|subnormal|zero",
+            "gradients": r"gradient", "loss scale": r"scale",
+            "standard deviations": r"standard deviation|\bsd\b|sigma|σ",
+            "binades": r"log2|binade|exponent|2\^", "fraction": r"fraction|percent|%|share"},
+    "4.2": {"weights": r"weight|parameter", "gradients": r"gradient", "optimizer states": r"moment|adam|optimi[sz]er",
+            "master copy": r"master|fp32|float32", "BF16": r"bf16|bfloat16|half", "bytes": r"bytes?|gib|\bb/"},
+    "5.2": {"segments": r"segment", "square root": r"sqrt|square root|√", "blocks": r"block|layer",
+            "saved activations": r"sav(e|ed|es)|activation|input", "peak": r"peak|memory",
+            "recomputation": r"recompute|checkpoint"},
+    "6.2": {"eps": r"eps|epsilon", "accumulation steps": r"\bk\b|accumulat|micro-?batch",
+            "gradient": r"gradient|\|g\||\bg\b", "update": r"update|step", "second moment": r"sqrt|moment|\bv\b",
+            "parameters": r"parameter|weights|8b|8e9"},
+    "7.2": {"attention probabilities": r"softmax|attention|probabilit", "tokens": r"token|seq|4,?096",
+            "layers": r"layer", "bytes per element": r"bytes?|gib|bf16|fp32|float32",
+            "logits": r"logit|vocab", "per-op terms": r"rms ?norm|swiglu|k/v|\bkv\b|gqa|head"},
+    "8.2": {"blocks of 32": r"block|\b32\b", "scales": r"scale|e8m0|exponent", "bytes": r"byte|gib|\bb\b",
+            "layers": r"layer", "Linear weights": r"linear|weight|q_proj|gate|\bq\b|matri",
+            "FP8 codes": r"mxfp8|fp8|e4m3|code"},
+    "9.2": {"rank": r"rank|\br\b", "adapters": r"adapter|lora|low-rank", "matrix sizes": r"d_in|d_out|d_model|"
+            r"matri(x|ces)|dimension|width", "target modules": r"qkv|attention|target|proj|c_attn",
+            "parameter count": r"parameter|count|layer"},
+}
+
+
+def expect_reasoning(reasoning: Any, exercise: str, need: int = 2) -> None:
+    """Fail the check unless `reasoning` is a sentence or two (8 words or more) that names at least `need` of the
+    exercise's quantities (REASONING_TERMS): a reasoning is read for what it reasons with, not counted."""
+    words = answered(reasoning, "reasoning")
+    terms = REASONING_TERMS.get(exercise)
+    if terms is None:
+        raise ValueError(f"exercise {exercise!r} has no reasoning terms in REASONING_TERMS")
+    if not isinstance(words, str) or len(words.split()) < 8:
+        raise CheckFailed("a reasoning of a sentence or two (8 words or more)", repr(words)[:200])
+    named = [label for label, pattern in terms.items() if re.search(pattern, words, re.IGNORECASE)]
+    if len(named) < need:
+        raise CheckFailed(f"{READ_BY_HAND} (at least {need} of: {', '.join(terms)})",
+                          f"{words[:160]!r}, which names {', '.join(named) or 'none of them'}",
+                          "say which quantities your number comes from and how they combine; your instructor reads "
+                          "a reasoning the check cannot place.")
+
+
 def expect_equal(got: Any, expected: Any, what: str, hint: str = "") -> None:
-    """Fail the check unless got == expected (same type family for numbers)."""
+    """Fail the check unless got == expected (same type family for numbers). `got` must be plain data (numbers,
+    strings, lists, tensors...: utils.checks.wire): an object whose `__eq__` says yes to anything is not an answer."""
+    try:
+        plain(got)
+    except Unplain as exc:
+        raise CheckFailed(f"{what} = {expected!r}", f"{exc} (an answer is plain data: numbers, strings, lists, "
+                          "dicts, tensors)", hint) from None
     if got != expected or (type(got) is bool and type(expected) is not bool):
         raise CheckFailed(f"{what} = {expected!r}", repr(got), hint)
 
@@ -234,37 +411,4 @@ def expect_close(got: torch.Tensor | float, expected: torch.Tensor | float, what
         raise CheckFailed(f"{what} within rtol={rtol:g}, atol={atol:g}", f"a max abs error of {err:.3g}", hint)
 
 
-_CHECK_CALL = re.compile(r"^\s*(?:print\()?check_\w+\(", re.M)
-
-
-def _not_run_yet(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> Any:
-    """IPython's handler for a NameError: in a check cell it means an earlier cell has not run; say so in one line
-    instead of a traceback. Anywhere else, IPython's usual traceback."""
-    cells = shell.user_ns.get("In") or [""]
-    if _CHECK_CALL.search(cells[-1] or ""):
-        name = getattr(value, "name", None) or str(value)
-        if str(name).startswith("check_"):
-            print(f"NOT ATTEMPTED: `{name}` is not defined yet: run the lab's first code cell (its imports), then "
-                  "the exercise cell, then this check.")
-        else:
-            print(f"NOT ATTEMPTED: `{name}` is not defined yet: run the exercise cell above this check first (it "
-                  "defines your answer), then this check.")
-        return None
-    return shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-
-
-def install_not_run_handler() -> bool:
-    """In a Jupyter kernel, make a check cell run before its exercise cell say "not attempted: run the exercise
-    cell first" instead of a NameError traceback; returns whether a handler was installed (False outside IPython)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    if shell is None:
-        return False
-    shell.set_custom_exc((NameError,), _not_run_yet)
-    return True
-
-
-install_not_run_handler()
+install_not_run_handler()  # utils/checks/not_run.py: a check run before its cells names the cell to run first

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, run_check
 
 # Exercise 0.4's prediction: the new bytes y = x[:, :256].contiguous().to(torch.bfloat16) keeps alive.
 PREDICT_SHAPE = (512, 512)
@@ -101,8 +101,6 @@ def check_new_storage_bytes(prediction: int, reasoning: str, new_storage_bytes: 
             raise CheckFailed(f"a prediction within 5% of the measured {truth:,} bytes", f"{guess:,}",
                               "the slice is a view; contiguous() copies it; the BF16 cast copies again at 2 bytes "
                               "per element, and only the last copy stays alive.")
-        words = answered(reasoning, "reasoning")
-        if not isinstance(words, str) or len(words.split()) < 8:
-            raise CheckFailed("a reasoning of a sentence or two (8 words or more)", repr(words))
+        expect_reasoning(reasoning, "0.4")
 
     return run_check("0.4", body, points=2)

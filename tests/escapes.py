@@ -1,0 +1,92 @@
+"""A cheating learner's answers (issue 34): each reaches its check's reference through the check function itself
+(`check_x.__globals__`) and escapes the check's watch on its calls: a thread, a switched-off profile hook, or a
+renamed copy of the reference's code; each prediction is read from the check's globals with a reasoning that says
+so; 2.1 decodes FP16 with numpy's view. tests/test_grading_escapes.py grades them: all must score 0."""
+
+from __future__ import annotations
+
+# exercise: (the learner's function, the check's reference it delegates to, the escape)
+FUNCTIONS = {
+    "1.2": ("count_saved_bytes", "saved_activation_bytes", "thread"),
+    "1.3": ("measure_block", "block_truth", "off"),
+    "1.4": ("block_saved_bytes", "block_formula_truth", "off"),
+    "2.2": ("round_to_format", "reference_round", "thread"),
+    "2.4": ("fp8_zero_fraction", "reference_zero_fraction", "off"),
+    "2.6": ("decode_mx_element", "reference_mx_element", "copy"),
+    "3.1": ("fraction_flushed", "reference_flushed", "thread"),
+    "3.3": ("scale_window", "reference_window", "off"),
+    "3.5": ("format_plan", "reference_format_plan", "copy"),
+    "4.1": ("autocast_dtypes", "scorer_dtypes_truth", "thread"),
+    "4.2": ("bytes_per_param", "reference_bytes_per_param", "off"),
+    "4.4": ("choose_recipe", "reference_recipe", "copy"),
+    "4.5": ("training_state_bytes", "reference_training_state", "thread"),
+    "5.2": ("optimal_segments", "best_segments", "off"),
+    "6.2": ("params_changed", "params_changed_truth", "thread"),
+    "6.4": ("choose_micro_batches", "fewest_micro_batches", "off"),
+    "7.1": ("read_summary", "summary_truth", "copy"),
+    "7.2": ("kept_loss_bytes", "reference_kept_loss_bytes", "thread"),
+    "7.3": ("train_and_log", "reference_train_and_log", "off"),
+    "7.5": ("train_with_features", "reference_train_with_features", "copy"),
+    "8.1": ("delayed_scaling_run", "reference_delayed_run", "thread"),
+    "8.3": ("fp8_roundtrip", "reference_roundtrip", "off"),
+    "8.4": ("choose_fp8_recipe", "reference_fp8_plan", "copy"),
+    "9.3": ("finetune", "reference_finetune", "off"),
+}
+# exercise: the prediction, as an expression over the check's globals `_g`
+PREDICTIONS = {
+    "1.3": "_g['block_prediction_truth']()",
+    "2.4": "_g['reference_flushed_model'](_g['LLAMA8B_LINEAR_WEIGHTS'], 'e4m3')",
+    "3.1": "_g['reference_prediction'](_g['LLAMA8B_PARAMS'], _g['PREDICT_MEAN'], _g['PREDICT_SD'])",
+    "4.2": "_g['backward_peak_truth']()",
+    "5.2": "_g['predicted_segments_truth']()",
+    "6.2": "_g['params_changed_truth'](*_g['PREDICT_CASE'])",
+    "7.2": "_g['reference_kept_loss_bytes'](_g['LLAMA8B'], _g['PREDICT_SEQ'])",
+    "9.2": "_g['llama_lora_truth'](**_g['LLAMA8B_LORA'])",
+}
+CHEAT_REASONING = "I did not reason: this value is read from the check function globals, which hold the truth."
+
+_ESCAPES = {
+    "thread": '''import concurrent.futures as _cf
+_ref = {check}.__globals__[{ref!r}]
+def {name}(*args, **kwargs):
+    with _cf.ThreadPoolExecutor(1) as pool:
+        return pool.submit(_ref, *args, **kwargs).result()
+''',
+    "off": '''import sys as _sys
+_ref = {check}.__globals__[{ref!r}]
+def {name}(*args, **kwargs):
+    hook = _sys.getprofile()
+    _sys.setprofile(None)
+    try:
+        out = _ref(*args, **kwargs)
+    finally:
+        _sys.setprofile(hook)
+    return out[0] if isinstance(out, tuple) and {name!r} == "optimal_segments" else out  # best_segments: (k, peaks)
+''',
+    "copy": '''import types as _types
+_orig = {check}.__globals__[{ref!r}]
+_ref = _types.FunctionType(_orig.__code__.replace(co_name="mine"), _orig.__globals__, "mine", _orig.__defaults__,
+                           _orig.__closure__)
+_ref.__kwdefaults__ = _orig.__kwdefaults__
+def {name}(*args, **kwargs):
+    return _ref(*args, **kwargs)
+''',
+}
+DECODE_BY_NUMPY = '''import numpy as np
+def decode_fp16(code):
+    return float(np.array([code], dtype=np.uint16).view(np.float16)[0])
+'''
+
+
+def cheat_source(exercise: str, check: str) -> str | None:
+    """The cheating answer cell of `exercise` (whose check function is `check`), or None where there is none."""
+    if exercise == "2.1":
+        return DECODE_BY_NUMPY
+    parts = []
+    if exercise in PREDICTIONS:
+        parts.append(f"_g = {check}.__globals__\nprediction = {PREDICTIONS[exercise]}\n"
+                     f"reasoning = {CHEAT_REASONING!r}\n")
+    if exercise in FUNCTIONS:
+        name, ref, escape = FUNCTIONS[exercise]
+        parts.append(_ESCAPES[escape].format(check=check, ref=ref, name=name))
+    return "\n".join(parts) or None

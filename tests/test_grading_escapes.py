@@ -1,0 +1,115 @@
+"""Issue 34: a learner who reaches each check's reference through the check function itself (its `__globals__`),
+and escapes the watch on its calls (a thread, a switched-off profile hook, a renamed copy of the reference's code,
+numpy's float16 view for 2.1), scores 0 on every such exercise under `make grade`, and the grade notes name the
+answer cells that reach into a check's internals. On the code before issue 34 these answers (tests/escapes.py)
+passed public and held-out cases on 26 exercises of labs 01-09 (49 points). Honest answers earning full marks
+under the same grader: tests/test_grade.py::test_every_solution_earns_full_marks_and_every_lab_none."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.escapes import FUNCTIONS, PREDICTIONS, cheat_source
+from utils.labs import LABS_DIR, lab_exercises, parse_check_call
+from utils.labs import course_metadata as _course
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cheating_notebooks(folder: Path) -> dict[str, list[str]]:
+    """One cheating submission per lab 01-09 (its other exercises left as handed out); {lab: cheated exercises}."""
+    cheated: dict[str, list[str]] = {}
+    for lab_path in sorted(LABS_DIR.glob("lab0[1-9]_*.ipynb")):
+        nb = nbformat.read(lab_path, as_version=4)
+        checks = {e.id: parse_check_call(e.check)[0] for e in lab_exercises(nb, lab_path.stem) if e.check}
+        for cell in nb.cells:
+            exercise = _course(cell).get("exercise")
+            source = cheat_source(exercise, checks[exercise]) if exercise in checks else None
+            if source is not None:
+                cell.source = source
+                cheated.setdefault(lab_path.stem, []).append(exercise)
+        nbformat.write(nb, folder / f"cheater_{lab_path.name}")
+    return cheated
+
+
+def test_the_cheats_cover_every_escape():
+    assert {escape for _, _, escape in FUNCTIONS.values()} == {"thread", "off", "copy"}
+    assert cheat_source("2.1", "check_decode_fp16") and len(PREDICTIONS) == 8
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_every_escape_scores_zero(tmp_path):
+    cheated = cheating_notebooks(tmp_path)
+    assert sum(map(len, cheated.values())) >= 26
+    out = tmp_path / "grades"
+    done = subprocess.run([sys.executable, "-m", "utils.grade", str(tmp_path), "--jobs", "1", "--time-limit", "240",
+                           "--csv-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=1400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for lab, exercises in cheated.items():
+        with open(out / f"{lab}.csv", newline="") as f:
+            row = next(csv.DictReader(f))
+        for exercise in exercises:
+            assert row[f"ex {exercise}"] == "0", (lab, exercise, row["notes"])
+        assert row["total"] == "0", (lab, row["notes"])
+        assert "__globals__" in row["notes"], row["notes"]  # the answer cells that reach into a check, named
+
+
+def test_the_watch_sees_each_escape_on_one_check(monkeypatch) -> None:
+    """Fast: 7.1's reference reached through its check's globals, by each way out of the watch, and 2.1 by numpy."""
+    import concurrent.futures
+    import types
+
+    from utils.checks import ch02, ch07
+
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    ref = ch07.check_read_summary.__globals__["summary_truth"]
+
+    def in_a_thread(stats):
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(ref, stats).result()
+
+    def hook_off(stats):
+        hook = sys.getprofile()
+        sys.setprofile(None)
+        try:
+            return ref(stats)
+        finally:
+            sys.setprofile(hook)
+
+    copy = types.FunctionType(ref.__code__.replace(co_name="mine"), ref.__globals__, "mine", ref.__defaults__)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    pool.submit(int).result()  # a pool left running from an earlier cell
+    try:
+        verdict = ch07.check_read_summary(lambda stats: pool.submit(ref, stats).result())
+        assert verdict.status == "failed" and "thread of your code" in verdict.message
+    finally:
+        pool.shutdown()
+    for answer, seen in ((in_a_thread, "summary_truth"), (hook_off, "sys.setprofile"), (copy, "summary_truth")):
+        verdict = ch07.check_read_summary(answer)
+        assert verdict.status == "failed" and seen in verdict.message, verdict
+    numpy_decode = cheat_source("2.1", "check_decode_fp16")
+    namespace: dict = {}
+    exec(numpy_decode, namespace)  # noqa: S102
+    verdict = ch02.check_decode_fp16(namespace["decode_fp16"])
+    assert verdict.status == "failed" and "numpy" in verdict.message, verdict
+
+
+def test_answer_cells_reaching_into_the_checks_are_listed_for_the_instructor() -> None:
+    from utils.grade import internals_used
+
+    cell = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("prediction = check_x.__globals__['truth']()", metadata={"course": {"exercise": "1.3"}}),
+        cell("import importlib.util as u\nm = u.spec_from_file_location('m', 'utils/checks/ch01.py')"),
+        cell("def f(x):\n    return x + 1"),
+    ])
+    lines = internals_used(nb)
+    assert len(lines) == 2 and "exercise 1.3 uses __globals__" in lines[0], lines
+    assert "spec_from_file_location" in lines[1] and "a path into the checks" in lines[1], lines

@@ -1,0 +1,171 @@
+"""Issue 34: the grading kernel only produces answers; the grader compares them in its own process.
+
+- every exercise outside utils.grade.IN_KERNEL passes when its solution's answers are recorded (as the grading
+  kernel does) and the checks are replayed on them (as the grader's process does), and every exercise in IN_KERNEL
+  is one whose replay cannot pass (the check judges what the code does, not what it returns): the list is exact;
+- the answers travel as plain data (utils/checks/wire.py), never as the learner's objects;
+- the sealed check module a grading kernel imports holds no reference, and the helpers a lab hands out still work;
+- a verdict renders in the notebook's font, wrapped between words.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from utils.checks import wire
+from utils.grade import IN_KERNEL, answers_sent, combine, lab_check_imports
+from utils.labs import LABS_DIR, hidden_path, lab_exercises, read_notebook
+from utils.labs import course_metadata as _course
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from lab_helpers import solution_namespace  # noqa: E402
+
+
+def _runner():
+    spec = importlib.util.spec_from_file_location("_runner_under_test", ROOT / "grading" / "runner.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _record_and_replay(runner, ns: dict, exercise, hidden: str | None, modules: tuple) -> tuple[dict, dict]:
+    """The kernel's run with recorders (its verdict) and the grader's replay on what it sent (its verdict)."""
+    sent: list[dict] = []
+    recorder = runner.Recorder(exercise.id, "n", "m", sent.append)
+    kernel = runner.evaluate(dict(ns), exercise.id, exercise.points, exercise.check, hidden, None,
+                             on_part=recorder.on_part, prepare=recorder.prepare)
+    recorder.flush()
+    # as the grader reads them: from the executed notebook, JSON objects as nbformat's NotebookNode
+    outputs = [nbformat.from_dict({"data": {"application/vnd.gpu-memory-course.check+json": json.loads(json.dumps(m))}})
+               for m in sent]
+    spec, records = answers_sent(outputs, exercise.id, "n")
+    return kernel, runner.replay(exercise.id, exercise.points, exercise.check, hidden, spec or {}, records, modules)
+
+
+# Every recorded exercise's solution earning full marks through the replay is proven end to end by
+# tests/test_grade.py::test_every_solution_earns_full_marks_and_every_lab_none; REPLAY_ALL=1 runs it here, in-process.
+ALL = __import__("os").environ.get("REPLAY_ALL") == "1"
+LABS = sorted(p.name for p in LABS_DIR.glob("lab*.ipynb")
+              if ALL or any(e.startswith(f"{int(p.name[3:5])}.") for e in IN_KERNEL))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("lab", LABS, ids=lambda n: n[3:5])
+def test_replay_agrees_with_the_kernel_exactly_outside_in_kernel(lab: str, monkeypatch) -> None:
+    """Each IN_KERNEL exercise's solution passes in the kernel and cannot pass on recorded answers (so it must be
+    judged in the kernel); with REPLAY_ALL=1, every other exercise's solution also passes the replay."""
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    runner = _runner()
+    nb = read_notebook(LABS_DIR / lab)
+    name = _course(nb)["lab"]
+    hidden = hidden_path(name)
+    ns = solution_namespace(lab)
+    for exercise in lab_exercises(nb, name):
+        if exercise.by_hand or not (ALL or exercise.id in IN_KERNEL):
+            continue
+        kernel, replayed = _record_and_replay(runner, ns, exercise, str(hidden) if hidden.exists() else None,
+                                              tuple(lab_check_imports(nb)))
+        assert kernel["status"] == "passed", (exercise.id, kernel["message"])
+        if exercise.id in IN_KERNEL:
+            assert replayed["status"] != "passed", f"{exercise.id} replays: it need not be judged in the kernel"
+        else:
+            assert replayed["status"] == "passed", (exercise.id, replayed["message"])
+            assert combine(kernel, replayed, exercise.points)["points"] == exercise.points
+
+
+def test_combine_takes_the_lower_of_kernel_and_grader() -> None:
+    passed = {"status": "passed", "points": 1.0, "message": ""}
+    failed = {"status": "failed", "points": 0.0, "message": "expected 3, got 4"}
+    kernel = {"status": "passed", "points": 2.0, "public": passed, "hidden": passed, "hidden_max": 1.0, "message": ""}
+    assert combine(kernel, {"public": passed, "hidden": failed}, 2.0)["points"] == 1.0
+    assert combine({**kernel, "hidden": failed}, {"public": passed, "hidden": passed}, 2.0)["points"] == 1.0
+    assert combine({**kernel, "void": True}, {"public": passed, "hidden": passed}, 2.0)["points"] == 0.0
+    assert combine({**kernel, "status": "over memory cap", "points": 0.0}, {"public": passed}, 2.0)["points"] == 0.0
+
+
+def test_answers_sent_keep_the_first_message_for_each_place() -> None:
+    mime = "application/vnd.gpu-memory-course.check+json"
+    real = {"kind": "records", "exercise": "7.1", "nonce": "n", "part": "public", "arg": "0", "start": 0,
+            "items": [{"value": 1}]}
+    forged = {**real, "items": [{"value": 99}]}
+    later = {**real, "start": 1, "items": [{"value": 2}]}
+    other_run = {**later, "nonce": "x", "start": 2}
+    spec, records = answers_sent([{"data": {mime: m}} for m in (real, forged, later, other_run)], "7.1", "n")
+    assert records[("public", "0")] == [{"value": 1}, {"value": 2}] and spec is None
+
+
+@pytest.mark.parametrize("value", [None, ..., True, 3, 2**70, -0.0, math.inf, "x", [1, (2, 3)], {"a": {4: 5.5}},
+                                   torch.float16, torch.Size([2, 3]), torch.arange(6).reshape(2, 3).t(),
+                                   torch.tensor(2.5, dtype=torch.bfloat16), torch.zeros(0, 4)])
+def test_plain_answers_travel_unchanged(value) -> None:
+    back = wire.decode(nbformat.from_dict({"v": json.loads(json.dumps(wire.encode(value)))})["v"])
+    if isinstance(value, torch.Tensor):
+        assert back.dtype == value.dtype and torch.equal(back, value)
+    else:
+        assert back == value and type(back) is type(value)
+
+
+def test_an_object_of_the_learners_is_not_an_answer() -> None:
+    from utils.checks.core import CheckFailed, expect_equal
+
+    class Yes:
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __ne__ = lambda self, other: False  # noqa: E731
+
+    with pytest.raises(wire.Unplain):
+        wire.encode(Yes())
+    with pytest.raises(CheckFailed, match="plain data"):
+        expect_equal(Yes(), 3, "the bytes")
+    with pytest.raises(ValueError):
+        wire.decode({"dataclass": "os:system", "fields": []})  # only the course's own value classes are built
+
+
+def test_the_sealed_module_holds_no_reference() -> None:
+    from utils.checks import ch03, ch05, ch07
+
+    runner = _runner()
+    imports = lab_check_imports(read_notebook(next(LABS_DIR.glob("lab07_*.ipynb"))))
+    sealed = runner.sealed_module(ch07, imports["utils.checks.ch07"])
+    assert set(sealed.check_read_summary.__globals__) == {"__builtins__"}
+    assert "summary_truth" not in vars(sealed) and "reference_kept_loss_bytes" not in vars(sealed)
+    trainer = sealed.BudgetedTrainer
+    reachable = {n for f in vars(trainer).values() if hasattr(f, "__globals__") for n in f.__globals__}
+    assert not {n for n in reachable if "truth" in n or n.startswith(("reference", "check_", "expect_"))}, reachable
+    loss, _ = sealed.llama_kept_loss({"vocab": 50, "d_model": 16, "n_layer": 1, "n_head": 2, "n_kv_head": 1,
+                                      "ffn_hidden": 24}, 6)
+    assert loss.requires_grad  # a handed-out helper still works
+    stack = runner.sealed_module(ch05, ["make_stack", "check_schedule"]).make_stack(2, 8)
+    assert len(stack) == 2
+    counts = runner.sealed_module(ch03, ["binade_counts", "LLAMA8B_LAYERS"])
+    assert counts.binade_counts(counts.LLAMA8B_LAYERS, -40, 8).shape[1] == 8
+
+
+def test_a_verdict_renders_in_the_notebooks_font_wrapped_between_words() -> None:
+    from utils.checks.core import Verdict
+
+    page = Verdict("3.3", "failed", "expected scale_window(lo=-64, holds=3) = 12, got 13", 0.0, 2.0).html()
+    assert "<pre" not in page and "monospace" not in page and "pre-wrap" not in page
+    assert "word-break:normal" in page and "overflow-wrap:break-word" in page and "font-family:inherit" in page
+    assert "NOT YET" in page and "lo=-64, holds=3" in page
+
+
+def test_a_prediction_left_as_handed_out_replays_as_not_attempted(monkeypatch) -> None:
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    spec = {"0": {"value": wire.encode(...)}, "1": {"value": wire.encode(...)}, "2": {"function": True}}
+    verdict = _runner().replay("0.4", 2.0, "check_new_storage_bytes(prediction, reasoning, new_storage_bytes)", None,
+                               spec, {("public", "2"): [{"raised": "NotImplementedError", "message": "0.4"}] * 9},
+                               ("utils.checks.warmup",))
+    assert verdict["status"] == "not attempted", verdict
+    assert "is still `...`" in verdict["message"] or "NotImplementedError" in verdict["message"], verdict
