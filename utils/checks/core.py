@@ -194,12 +194,18 @@ def foreign_threads() -> list[str]:
     me = threading.get_ident()
     found = []
     known = {t.ident: t for t in threading.enumerate()}
-    for ident in sys._current_frames():
+    for ident, frame in sys._current_frames().items():
         if ident == me:
             continue
         thread = known.get(ident)
-        if thread is None:  # started with _thread.start_new_thread: no threading object to vouch for it
-            found.append(f"thread {ident}")
+        if thread is None:  # started with _thread.start_new_thread: no threading object to vouch for it, but its
+            # stack may (pytest-xdist's execnet runs its IO threads so)
+            modules = []
+            while frame is not None:
+                modules.append(str(frame.f_globals.get("__name__", "")))
+                frame = frame.f_back
+            if not any(m.startswith(_KERNEL_THREAD_MODULES) for m in modules):
+                found.append(f"thread {ident}")
         elif thread is not threading.main_thread() and not _thread_module(thread).startswith(_KERNEL_THREAD_MODULES):
             found.append(thread.name)
     return found
