@@ -249,6 +249,12 @@ def _entries() -> dict[str, Entry]:
                                             {"shape": "module", "rank": "count", "fused_qkv": "flag"}),
         "utils.plan.memory_of": Entry(plan.memory_of, lambda: {"shape": shape, "choice": plan.Choice()},
                                       {"shape": "module", "choice": "module"}),
+        "utils.architectures.traced_memory": Entry(architectures.traced_memory, lambda: {
+            "config": architectures.HF_CONFIGS["Llama-3-8B"] | {"num_hidden_layers": 2, "hidden_size": 64,
+                                                                "num_attention_heads": 4, "num_key_value_heads": 2,
+                                                                "intermediate_size": 128, "vocab_size": 256},
+            "batch": 1, "seq_len": 16}, {"config": "module", "batch": "count", "seq_len": "count",
+                                         "checkpointing": "flag"}),
         "utils.chapters.support_by_device": Entry(chapters.support_by_device, lambda: {"width": 100},
                                                   {"width": "count"}),
         "utils.plan.step_moments": Entry(plan.step_moments, lambda: {"shape": shape, "choice": plan.Choice()},

@@ -451,7 +451,9 @@ def validate(configs: Sequence[dict[str, Any]] | None = None) -> list[list[str]]
     if configs is not None:
         _check_configs(configs)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    capability = torch.cuda.get_device_capability() if device == "cuda" else None  # which SDPA kernel runs
+    from utils.env import device_info
+
+    capability = device_info().capability if device == "cuda" else None  # which SDPA kernel runs
     configs = configs or [
         {"precision": p, "optimizer": o, "checkpointing": ck, "batch": b}
         for p, o, ck, b in [("fp32", "adamw", False, 4), ("fp32", "adamw", True, 4), ("fp32", "sgd", False, 4),
