@@ -354,7 +354,7 @@ class _DeviceMode(TorchFunctionMode):
         marked_in = to_sim or _any_marked(args, kwargs)
         context: Any = contextlib.nullcontext()
         if marked_in and _AUTOCAST_STACK and _AUTOCAST_STACK[-1][0]:  # a simulated CUDA (MPS) autocast region
-            args, kwargs = _autocast_cast(func, args, kwargs, _AUTOCAST_STACK[-1][1])
+            args, kwargs = _autocast_cast(func, args, kwargs, _AUTOCAST_STACK[-1][1], _AUTOCAST_STACK[-1][2])
         if marked_in and func is torch.nn.functional.scaled_dot_product_attention:
             context = self._sdpa_kernel(args, kwargs)
         with context:
@@ -385,7 +385,7 @@ class _DeviceMode(TorchFunctionMode):
         module = sys.modules["torch.autograd"]
         check = module.__dict__["has_torch_function"]
         module.__dict__["has_torch_function"] = lambda *a, **k: False
-        _AUTOCAST_STACK.append((False, torch.float16))  # CUDA's backward thread runs outside autocast
+        _AUTOCAST_STACK.append((False, torch.float16, False))  # CUDA's backward thread runs outside autocast
         try:
             with self:
                 if func is torch.Tensor.backward:
@@ -890,7 +890,7 @@ def _patch(obj: Any, name: str, value: Any) -> None:
     setattr(obj, name, value)
 
 
-_AUTOCAST_STACK: list[tuple[bool, torch.dtype]] = []  # (enabled, dtype) of the simulated device's autocast regions
+_AUTOCAST_STACK: list[tuple[bool, torch.dtype, bool]] = []  # (enabled, dtype, cache) of the simulated regions
 _CAST_CACHE: dict[tuple[int, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}  # autocast's weight-cast cache
 
 
@@ -920,9 +920,11 @@ def cuda_autocast_policy() -> dict[str, str]:
 _AUTOCAST_ALIASES = {"__matmul__": "matmul", "__rmatmul__": "matmul", "cross_entropy": "nll_loss"}
 
 
-def _autocast_cast(func: Any, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
+def _autocast_cast(func: Any, args: tuple, kwargs: dict, dtype: torch.dtype, cache: bool = True
+                   ) -> tuple[tuple, dict]:
     """Cast a call's simulated-GPU floating tensors as CUDA autocast would for `func` (cuda_autocast_policy): to
-    `dtype` for the lower-precision ops (leaf weights cached for the region, as autocast's cache does), to FP32 for
+    `dtype` for the lower-precision ops (leaf weights cached for the region when `cache`, as autocast's cache does:
+    cache_enabled), to FP32 for
     the FP32 ops, to the widest input type for the promote ops; any other op runs in its inputs' types."""
     name = getattr(func, "__name__", "")
     category = cuda_autocast_policy().get(_AUTOCAST_ALIASES.get(name, name))
@@ -942,7 +944,7 @@ def _autocast_cast(func: Any, args: tuple, kwargs: dict, dtype: torch.dtype) -> 
     def cast(a: Any) -> Any:
         if not (_marked(a) and a.is_floating_point() and a.dtype not in (torch.float64, target)):
             return a
-        if category == "lower" and a.is_leaf and a.requires_grad:  # autocast caches casts of leaf weights
+        if cache and category == "lower" and a.is_leaf and a.requires_grad:  # autocast caches leaf weights' casts
             key = (id(a), target)
             hit = _CAST_CACHE.get(key)
             if hit is None or hit[0] is not a:
@@ -966,7 +968,8 @@ def _patch_autocast(kind: str) -> None:
              cache_enabled: bool | None = None) -> None:
         self._course_simulated = device_type == kind
         if device_type == kind:
-            self._course_state = (bool(enabled), torch.float16 if dtype is None else dtype)
+            cache = torch.is_autocast_cache_enabled() if cache_enabled is None else bool(cache_enabled)
+            self._course_state = (bool(enabled), torch.float16 if dtype is None else dtype, cache)
             device_type, enabled = "cpu", False  # the CPU's own autocast stays off
             dtype = self._course_state[1]
         original_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
@@ -981,7 +984,7 @@ def _patch_autocast(kind: str) -> None:
     def exit_(self: Any, *exc: Any) -> Any:
         if getattr(self, "_course_simulated", False) and _AUTOCAST_STACK:
             _AUTOCAST_STACK.pop()
-            if not any(enabled for enabled, _ in _AUTOCAST_STACK):
+            if not any(state[0] for state in _AUTOCAST_STACK):
                 _CAST_CACHE.clear()  # autocast empties its cache when the outermost region exits
         return original_exit(self, *exc)
 

@@ -65,7 +65,7 @@ def test_ch00_workspace_row_is_measured_after_earlier_matmuls():
 @pytest.fixture
 def rehearsed_t4(monkeypatch):
     monkeypatch.setenv("COURSE_TIER", "16")
-    monkeypatch.setattr(sizes, "_CAPPED", {})
+    monkeypatch.setattr(sizes, "_CAPPED", type(sizes._CAPPED)())  # a fresh process's
     with simulated("h100"):
         total = torch.cuda.get_device_properties(0).total_memory
         assert sizes.memory_tier() == 16
