@@ -1,8 +1,8 @@
-"""A simulated GPU for CPU-only machines: `torch.cuda` (or `torch.mps`) answers as a T4, an H100 or an Apple GPU
-would, while every tensor stays on the CPU. Timings are CPU timings and nothing it prints is a property of a real
-GPU; but the memory counters follow the caching allocator's rules, so figures that depend on them (peaks, reserved
-versus allocated, fragmentation, what empty_cache returns, a memory-fraction OOM) come out as a GPU's would for the
-same tensors, and a chapter's figure assertions can run under it (tests/test_simulated_gpu_t4_quick.py).
+"""A simulated GPU for CPU-only machines: `torch.cuda` (or `torch.mps`) answers as a T4, an A10G, an H100 or an
+Apple GPU would, while every tensor stays on the CPU. Timings are CPU timings and nothing it prints is a property of
+a real GPU; but the memory counters follow the caching allocator's rules, so figures that depend on them (peaks,
+reserved versus allocated, fragmentation, what empty_cache returns, a memory-fraction OOM) come out as a GPU's would
+for the same tensors, and a chapter's figure assertions can run under it (tests/test_simulated_gpu_t4_quick.py).
 
 How it works, once `install(profile)` has run in a process (tests/test_simulated_gpu.py runs it in a setup cell
 before a notebook's first cell, through nbclient):
@@ -14,13 +14,18 @@ before a notebook's first cell, through nbclient):
 - A TorchFunctionMode maps the simulated device to the CPU: `device="cuda"` keyword arguments, `.to("cuda")`,
   `.cuda()`, `module.to(device)`. The tensors it creates are marked, and `tensor.device` / `.is_cuda` report
   the simulated device for marked tensors (and for what is computed from them), so code that asks a tensor
-  where it lives takes its GPU branch. `autocast("cuda")` becomes CPU autocast (FP16 by default, as on CUDA).
+  where it lives takes its GPU branch. `autocast("cuda")` applies CUDA's op policy, read from the installed
+  ATen/autocast_mode.h, to the simulated tensors (FP16 by default, as on CUDA; the CPU's own autocast stays off).
+- Kernel choice: scaled_dot_product_attention picks flash / memory-efficient / math by the profile's capability and
+  the dtype as torch's sdp_utils does (a T4 runs BF16 attention on the math path, with its attention matrix), and
+  _scaled_mm refuses what cuBLASLt refuses (capability below 8.9, layouts, dimensions not multiples of 16).
 - Memory: every storage of a marked tensor is a malloc of `utils.allocator_model.CachingAllocatorModel` (a model of
   c10/cuda/CUDACachingAllocator.cpp: 512-byte rounding, small and large pools, split, reuse, empty_cache,
   max_split_size_mb, expandable_segments, the memory fraction), freed when the storage dies (a free is seen at the
   next allocation); the settings come from PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF as torch 2.13 reads them.
-  One cuBLAS workspace is allocated at the first matmul and another at the first backward (8 MiB on sm75-89,
-  32 MiB on sm90), and 300 MiB of CUDA context sit outside the allocator. An allocation past the fraction raises
+  One cuBLAS workspace is allocated at the first matmul and another at the first backward (8,519,680 B below sm90,
+  32 MiB on sm90), freed back to the allocator by torch._C._cuda_clearCublasWorkspaces(); 400-600 MiB of CUDA
+  context (per profile; COURSE_SIM_CONTEXT_MIB) sit outside the allocator. An allocation past the fraction raises
   torch.OutOfMemoryError with CUDA's message.
 - Events: a recorded event completes only when the host synchronises (event.synchronize(), a stream's or the
   device's synchronize, torch.accelerator.synchronize(), or a copy to the host such as .item() or .cpu()); before
@@ -28,7 +33,10 @@ before a notebook's first cell, through nbclient):
 - Child processes: `install` exports COURSE_SIMULATED_GPU and puts tests/sim_site on PYTHONPATH; its
   sitecustomize installs the same profile in every Python child once it imports torch, and the child prints one
   line to stderr: "[simulated GPU] Tesla T4 (simulated on CPU) in child process <pid> (<program>)".
-- A fake `nvidia-smi` on PATH (see `fake_nvidia_smi_dir`) prints a memory.used figure.
+- A fake `nvidia-smi` on PATH (see `fake_nvidia_smi_dir`) prints memory.used: reserved + context.
+- `run_notebook` ends every notebook with a cell that reports the state in force (memory fraction, allocator
+  variables) and fails the run where it differs from what the chapter promises (end_state).
+docs/simulation.md says what the simulation sees, what it cannot, and what covers the rest.
 - `utils.timing.time_fn` takes one sample without warm-up: under the modes every op runs slowly in Python, and a
   timing here is never a figure anyway (a chapter's timing cells took 35 of its 75 s at five samples).
 """
@@ -81,7 +89,7 @@ CONTEXT_RANGE_MIB = (400, 600)
 
 PROFILES: dict[str, Profile] = {
     "t4": Profile("t4", "cuda", "Tesla T4 (simulated on CPU)", (7, 5), 15_828_320_256, 40, WORKSPACE_SM75_89, 420),
-    "a10g": Profile("a10g", "cuda", "NVIDIA A10G (simulated on CPU)", (8, 6), 23_836_098_560, 80, WORKSPACE_SM75_89,
+    "a10g": Profile("a10g", "cuda", "NVIDIA A10G (simulated on CPU)", (8, 6), 24_146_608_128, 80, WORKSPACE_SM75_89,
                     500),
     "h100": Profile("h100", "cuda", "NVIDIA H100 80GB HBM3 (simulated on CPU)", (9, 0), 85_045_231_616, 132,
                     WORKSPACE_SM90, 600),
@@ -917,7 +925,8 @@ def cuda_autocast_policy() -> dict[str, str]:
 
 # Python-level names of ops that reach an aten op of the policy under another name, or that are composite on CUDA
 # (cross_entropy = log_softmax (FP32) + nll_loss (FP32): CUDA autocast sees the parts, so the whole runs in FP32).
-_AUTOCAST_ALIASES = {"__matmul__": "matmul", "__rmatmul__": "matmul", "cross_entropy": "nll_loss"}
+_AUTOCAST_ALIASES = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__pow__": "pow", "__rpow__": "pow",
+                     "cross_entropy": "nll_loss"}
 
 
 def _autocast_cast(func: Any, args: tuple, kwargs: dict, dtype: torch.dtype, cache: bool = True
