@@ -1,21 +1,36 @@
 """Every chapter at QUICK size, figure assertions on, under a simulated A10G (8.6, ~22 GiB), H100 (9.0, ~79 GiB) and
 Apple GPU (MPS): the issue-33 run (the T4's is tests/test_simulated_gpu_t4*.py, part of `make test`).
 
-About 5 minutes a device on 2 cores, so opt-in: COURSE_SIM_QUICK_ALL=1 (make test keeps its 15-minute budget with
-the T4 at quick size and the H100 and MPS at tiny size). Each run also checks the state a chapter leaves in force
-(the memory fraction, the allocator variables: tests/simulated_gpu.py, end_state)."""
+About 20 minutes on 2 cores, so opt-in: COURSE_SIM_QUICK_ALL=1 (make test keeps its 15-minute budget with the T4 at
+quick size and the H100 and MPS at tiny size). Each run also checks the state a chapter leaves in force (the memory
+fraction, the allocator variables: tests/simulated_gpu.py, end_state). Known failures name their finding
+(docs/simulation.md)."""
 
 import os
 
 import pytest
-from simulated_chapters import CHAPTERS, check_chapter
+from simulated_chapters import CHAPTERS, QUICK_KNOWN_FAILURES, check_chapter
 
 pytestmark = pytest.mark.skipif(not os.environ.get("COURSE_SIM_QUICK_ALL"),
-                                reason="opt-in: COURSE_SIM_QUICK_ALL=1 (about 15 minutes on 2 cores)")
+                                reason="opt-in: COURSE_SIM_QUICK_ALL=1 (about 20 minutes on 2 cores)")
+
+KNOWN: dict[tuple[str, str], str] = {
+    **{("09", p): QUICK_KNOWN_FAILURES["09"] for p in ("a10g", "h100", "mps")},
+    ("01", "mps"): "issue 33 finding for the estimator: on an Apple GPU torch 2.13 runs SDPA as "
+                   "_scaled_dot_product_attention_math_for_mps, which keeps the L x S attention weights for backward; "
+                   "the estimator traces the CPU's flash kernel, so validate() is more than 1% under on MPS",
+    ("08", "h100"): "not a GPU finding: the FP8 _scaled_mm sweep at quick size runs as CPU emulation under the "
+                    "simulation and takes longer than the cell timeout (COURSE_SIM_CELL_TIMEOUT) on 2 cores",
+}
+
+
+def _params() -> list:
+    return [pytest.param(nb, p, marks=pytest.mark.xfail(strict=False, reason=KNOWN[(nb[:2], p)]))
+            if (nb[:2], p) in KNOWN else pytest.param(nb, p)
+            for nb in CHAPTERS for p in ("a10g", "h100", "mps")]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("profile", ["a10g", "h100", "mps"])
-@pytest.mark.parametrize("notebook", CHAPTERS)
+@pytest.mark.parametrize(("notebook", "profile"), _params())
 def test_chapter_at_quick_size(notebook: str, profile: str) -> None:
     check_chapter(notebook, profile, size="quick")
