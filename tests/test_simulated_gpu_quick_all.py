@@ -19,8 +19,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("01", "mps"): "issue 33 finding for the estimator: on an Apple GPU torch 2.13 runs SDPA as "
                    "_scaled_dot_product_attention_math_for_mps, which keeps the L x S attention weights for backward; "
                    "the estimator traces the CPU's flash kernel, so validate() is more than 1% under on MPS",
-    ("08", "h100"): "not a GPU finding: the FP8 _scaled_mm sweep at quick size runs as CPU emulation under the "
-                    "simulation and takes longer than the cell timeout (COURSE_SIM_CELL_TIMEOUT) on 2 cores",
 }
 
 
