@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from simulated_gpu import PROFILES, run_notebook
+from simulated_gpu import END_MARK, PROFILES, run_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -44,7 +44,12 @@ CAPABILITY_CHAPTERS = [c for c in CHAPTERS if reads_capability(c)]
 T4_SIZE = "quick"
 T4_FIRST = [c for c in CHAPTERS if c[:2] <= "06"]
 T4_SECOND = [c for c in CHAPTERS if c[:2] > "06"]
-QUICK_KNOWN_FAILURES: dict[str, str] = {}
+QUICK_KNOWN_FAILURES: dict[str, str] = {
+    "09": "issue 33 finding for the estimator (utils/estimate.py traces autocast with CPU semantics): CUDA autocast "
+          "runs torch.pow in FP32 (AT_FORALL_FP32), so HF GPT-2's gelu_new keeps its MLP intermediates in FP32 on a "
+          "GPU and the planned run peaks above its budget (quick size, simulated T4: 4,097,536 of 3,790,233 B; "
+          "3,667,456 B under CPU autocast's policy)",
+}
 
 
 def t4_params(notebooks: list[str]) -> list:
@@ -61,7 +66,7 @@ def check_chapter(notebook: str, profile: str, size: str = "tiny") -> list[str]:
     failures, lines, seconds = run_notebook(str(ROOT / "notebooks" / notebook), profile, size=size,
                                             cell_timeout=SIM_CELL_TIMEOUT)
     print(f"{notebook} as {profile} at {size} size: {seconds:.1f} s")
-    children = [line for line in lines if line.startswith("[simulated GPU]")]
+    children = [line for line in lines if line.startswith("[simulated GPU]") and not line.startswith(END_MARK)]
     if children:
         print(f"{len(children)} child processes under the simulation, e.g. {children[0]}")
     assert not failures, f"{notebook} under a simulated {profile}:\n" + "\n".join(map(str, failures))

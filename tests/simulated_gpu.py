@@ -1,8 +1,8 @@
-"""A simulated GPU for CPU-only machines: `torch.cuda` (or `torch.mps`) answers as a T4, an H100 or an Apple GPU
-would, while every tensor stays on the CPU. Timings are CPU timings and nothing it prints is a property of a real
-GPU; but the memory counters follow the caching allocator's rules, so figures that depend on them (peaks, reserved
-versus allocated, fragmentation, what empty_cache returns, a memory-fraction OOM) come out as a GPU's would for the
-same tensors, and a chapter's figure assertions can run under it (tests/test_simulated_gpu_t4_quick.py).
+"""A simulated GPU for CPU-only machines: `torch.cuda` (or `torch.mps`) answers as a T4, an A10G, an H100 or an
+Apple GPU would, while every tensor stays on the CPU. Timings are CPU timings and nothing it prints is a property of
+a real GPU; but the memory counters follow the caching allocator's rules, so figures that depend on them (peaks,
+reserved versus allocated, fragmentation, what empty_cache returns, a memory-fraction OOM) come out as a GPU's would
+for the same tensors, and a chapter's figure assertions can run under it (tests/test_simulated_gpu_t4_quick.py).
 
 How it works, once `install(profile)` has run in a process (tests/test_simulated_gpu.py runs it in a setup cell
 before a notebook's first cell, through nbclient):
@@ -14,13 +14,18 @@ before a notebook's first cell, through nbclient):
 - A TorchFunctionMode maps the simulated device to the CPU: `device="cuda"` keyword arguments, `.to("cuda")`,
   `.cuda()`, `module.to(device)`. The tensors it creates are marked, and `tensor.device` / `.is_cuda` report
   the simulated device for marked tensors (and for what is computed from them), so code that asks a tensor
-  where it lives takes its GPU branch. `autocast("cuda")` becomes CPU autocast (FP16 by default, as on CUDA).
+  where it lives takes its GPU branch. `autocast("cuda")` applies CUDA's op policy, read from the installed
+  ATen/autocast_mode.h, to the simulated tensors (FP16 by default, as on CUDA; the CPU's own autocast stays off).
+- Kernel choice: scaled_dot_product_attention picks flash / memory-efficient / math by the profile's capability and
+  the dtype as torch's sdp_utils does (a T4 runs BF16 attention on the math path, with its attention matrix), and
+  _scaled_mm refuses what cuBLASLt refuses (capability below 8.9, layouts, dimensions not multiples of 16).
 - Memory: every storage of a marked tensor is a malloc of `utils.allocator_model.CachingAllocatorModel` (a model of
   c10/cuda/CUDACachingAllocator.cpp: 512-byte rounding, small and large pools, split, reuse, empty_cache,
   max_split_size_mb, expandable_segments, the memory fraction), freed when the storage dies (a free is seen at the
   next allocation); the settings come from PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF as torch 2.13 reads them.
-  One cuBLAS workspace is allocated at the first matmul and another at the first backward (8 MiB on sm75-89,
-  32 MiB on sm90), and 300 MiB of CUDA context sit outside the allocator. An allocation past the fraction raises
+  One cuBLAS workspace is allocated at the first matmul and another at the first backward (8,519,680 B below sm90,
+  32 MiB on sm90), freed back to the allocator by torch._C._cuda_clearCublasWorkspaces(); 400-600 MiB of CUDA
+  context (per profile; COURSE_SIM_CONTEXT_MIB) sit outside the allocator. An allocation past the fraction raises
   torch.OutOfMemoryError with CUDA's message.
 - Events: a recorded event completes only when the host synchronises (event.synchronize(), a stream's or the
   device's synchronize, torch.accelerator.synchronize(), or a copy to the host such as .item() or .cpu()); before
@@ -28,7 +33,10 @@ before a notebook's first cell, through nbclient):
 - Child processes: `install` exports COURSE_SIMULATED_GPU and puts tests/sim_site on PYTHONPATH; its
   sitecustomize installs the same profile in every Python child once it imports torch, and the child prints one
   line to stderr: "[simulated GPU] Tesla T4 (simulated on CPU) in child process <pid> (<program>)".
-- A fake `nvidia-smi` on PATH (see `fake_nvidia_smi_dir`) prints a memory.used figure.
+- A fake `nvidia-smi` on PATH (see `fake_nvidia_smi_dir`) prints memory.used: reserved + context.
+- `run_notebook` ends every notebook with a cell that reports the state in force (memory fraction, allocator
+  variables) and fails the run where it differs from what the chapter promises (end_state).
+docs/simulation.md says what the simulation sees, what it cannot, and what covers the rest.
 - `utils.timing.time_fn` takes one sample without warm-up: under the modes every op runs slowly in Python, and a
   timing here is never a figure anyway (a chapter's timing cells took 35 of its 75 s at five samples).
 """
@@ -66,12 +74,25 @@ class Profile:
     total_memory: int
     multi_processor_count: int
     workspace: int  # cuBLAS workspace per handle
+    context_mib: int = 0  # CUDA context and kernel images outside the allocator (COURSE_SIM_CONTEXT_MIB overrides)
 
+
+# The default cuBLAS workspace (aten/src/ATen/cuda/CublasHandlePool.cpp, getDefaultWorkspaceSize at v2.13.0):
+# ":4096:2:16:8" = 2 x 4 MiB + 8 x 16 KiB = 8,519,680 B (8.125 MiB) below sm90, ":4096:8" = 32 MiB on sm90.
+WORKSPACE_SM75_89 = 4096 * 1024 * 2 + 16 * 1024 * 8
+WORKSPACE_SM90 = 4096 * 8 * 1024
+# The CUDA context (driver state, the kernels' code of torch, cuBLAS, cuDNN) is 400-600 MiB in practice, not a fixed
+# figure: each profile sits somewhere in that range, and COURSE_SIM_CONTEXT_MIB moves it (tests run both ends).
+CONTEXT_ENV = "COURSE_SIM_CONTEXT_MIB"
+SMI_FILE_ENV = "COURSE_SIM_SMI_FILE"
+CONTEXT_RANGE_MIB = (400, 600)
 
 PROFILES: dict[str, Profile] = {
-    "t4": Profile("t4", "cuda", "Tesla T4 (simulated on CPU)", (7, 5), 15_828_320_256, 40, 8 * MIB),
+    "t4": Profile("t4", "cuda", "Tesla T4 (simulated on CPU)", (7, 5), 15_828_320_256, 40, WORKSPACE_SM75_89, 420),
+    "a10g": Profile("a10g", "cuda", "NVIDIA A10G (simulated on CPU)", (8, 6), 24_146_608_128, 80, WORKSPACE_SM75_89,
+                    500),
     "h100": Profile("h100", "cuda", "NVIDIA H100 80GB HBM3 (simulated on CPU)", (9, 0), 85_045_231_616, 132,
-                    32 * MIB),
+                    WORKSPACE_SM90, 600),
     "mps": Profile("mps", "mps", "Apple GPU (simulated on CPU)", None, 22_906_503_168, 0, 0),
 }
 
@@ -116,12 +137,13 @@ class _State:
         self.profile = profile
         self.lock = threading.RLock()
         self.live: dict[int, tuple[StorageWeakRef, int]] = {}  # storage key -> (weak ref, allocator handle)
-        self.context_bytes = 300 * MIB if profile.kind == "cuda" else 0
+        self.context_bytes = context_mib(profile) * MIB if profile.kind == "cuda" else 0
         self.alloc_conf = alloc_conf
         self.allocator = CachingAllocatorModel.from_conf(profile.total_memory, alloc_conf,
                                                          context_bytes=self.context_bytes)
         self.fraction = 1.0
-        self.workspaces: set[str] = set()
+        self.workspaces: dict[str, int] = {}  # cuBLAS workspaces: which handle -> the allocator's block
+        self.sdpa_choices: list[str] = []  # the SDPA kernel a GPU of this capability chose, call by call
         self.since_sweep = 0
         self.history: list[dict[str, Any]] | None = None
         self.history_stacks = "python"
@@ -202,17 +224,34 @@ class _State:
                 self._free(known[1])
 
     def workspace(self, which: str) -> None:
-        """A cuBLAS workspace, taken from the caching allocator at a handle's first matmul and never freed."""
+        """A cuBLAS workspace, taken from the caching allocator at a handle's first matmul and kept until
+        torch._C._cuda_clearCublasWorkspaces() (never by empty_cache)."""
         if self.profile.workspace and which not in self.workspaces:
             with self.lock:
-                self.workspaces.add(which)
-                self._malloc(self.profile.workspace)
+                self.workspaces[which] = self._malloc(self.profile.workspace)
+
+    def clear_workspaces(self) -> None:
+        """torch._C._cuda_clearCublasWorkspaces(): the workspaces go back to the caching allocator (cached, not
+        released), and the next matmul of each thread creates its workspace again."""
+        with self.lock:
+            for handle in self.workspaces.values():
+                self._free(handle)
+            self.workspaces.clear()
 
     def stats(self) -> dict[str, int]:
         self.sweep()
         s = self.allocator.memory_stats()
+        self.publish_smi(s["reserved_bytes.all.current"])
         return {"allocated": s["allocated_bytes.all.current"], "peak": s["allocated_bytes.all.peak"],
                 "reserved": s["reserved_bytes.all.current"], "peak_reserved": s["reserved_bytes.all.peak"]}
+
+    def publish_smi(self, reserved: int) -> None:
+        """What the fake nvidia-smi prints as memory.used: this process's reserved memory plus its CUDA context
+        (written where COURSE_SIM_SMI_FILE points, when set)."""
+        path = os.environ.get(SMI_FILE_ENV)
+        if path and self.profile.kind == "cuda":
+            with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as f:
+                f.write(f"{(reserved + self.context_bytes) // MIB}\n")
 
     def set_fraction(self, fraction: float) -> None:
         self.fraction = float(fraction)
@@ -234,6 +273,18 @@ class _State:
         """The host waits for the device: every event recorded (up to `upto`) has completed."""
         with self.lock:
             self.events_done = max(self.events_done, self.events_recorded if upto is None else upto)
+
+
+def context_mib(profile: Profile) -> int:
+    """The CUDA context of `profile` in MiB: COURSE_SIM_CONTEXT_MIB if set (within CONTEXT_RANGE_MIB), else the
+    profile's."""
+    forced = os.environ.get(CONTEXT_ENV, "").strip()
+    if not forced:
+        return profile.context_mib
+    value = int(forced)
+    if not CONTEXT_RANGE_MIB[0] <= value <= CONTEXT_RANGE_MIB[1]:
+        raise ValueError(f"{CONTEXT_ENV} must be within {CONTEXT_RANGE_MIB} MiB, got {value}")
+    return value
 
 
 def _python_frames(limit: int = 12) -> list[dict[str, Any]]:
@@ -309,12 +360,31 @@ class _DeviceMode(TorchFunctionMode):
                 out = func(*args, **kwargs)
                 return out
         marked_in = to_sim or _any_marked(args, kwargs)
-        out = func(*args, **kwargs)
+        context: Any = contextlib.nullcontext()
+        if marked_in and _AUTOCAST_STACK and _AUTOCAST_STACK[-1][0]:  # a simulated CUDA (MPS) autocast region
+            args, kwargs = _autocast_cast(func, args, kwargs, _AUTOCAST_STACK[-1][1], _AUTOCAST_STACK[-1][2])
+        if marked_in and func is torch.nn.functional.scaled_dot_product_attention:
+            context = self._sdpa_kernel(args, kwargs)
+        with context:
+            out = func(*args, **kwargs)
         if marked_in and isinstance(out, torch.Tensor | list | tuple):
             _mark(out)
             if to_sim:
                 self.state.track(out)
         return out
+
+    def _sdpa_kernel(self, args: tuple, kwargs: dict) -> Any:
+        """The kernel a GPU of this capability picks for these inputs (or the error it raises), recorded in
+        state().sdpa_choices; the CPU then runs the same class of kernel: the math path materialises the
+        batch x heads x L x S attention matrix (and keeps it for backward), flash / memory-efficient do not."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
+        given = dict(zip(names, args, strict=False)) | kwargs
+        choice = sdpa_backend(self.state.profile, given["query"], given["key"], given.get("attn_mask"),
+                              float(given.get("dropout_p", 0.0) or 0.0))
+        self.state.sdpa_choices.append(choice)
+        return sdpa_kernel([SDPBackend.MATH] if choice == "math" else [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
 
     def _backward(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run a backward pass WITH this mode active, so that the Python it calls (saved-tensor hooks, checkpoint
@@ -323,6 +393,7 @@ class _DeviceMode(TorchFunctionMode):
         module = sys.modules["torch.autograd"]
         check = module.__dict__["has_torch_function"]
         module.__dict__["has_torch_function"] = lambda *a, **k: False
+        _AUTOCAST_STACK.append((False, torch.float16, False))  # CUDA's backward thread runs outside autocast
         try:
             with self:
                 if func is torch.Tensor.backward:
@@ -333,6 +404,7 @@ class _DeviceMode(TorchFunctionMode):
                                                    inputs=options.get("inputs"))
                 return func(*args, **kwargs)
         finally:
+            _AUTOCAST_STACK.pop()
             module.__dict__["has_torch_function"] = check
 
     def _to(self, args: tuple, kwargs: dict) -> Any:
@@ -396,6 +468,14 @@ class _CounterMode(TorchDispatchMode):
         if name == "is_pinned":
             return True
         marked_in = _any_marked(args, kwargs)
+        if marked_in and name == "_scaled_mm":
+            check_scaled_mm(self.state.profile, args, kwargs)
+            fast = _fast_scaled_mm(args, kwargs)
+            if fast is not None:
+                self.state.workspace("forward thread")
+                _mark(fast)
+                self.state.track(fast)
+                return fast
         if marked_in and name in _ATEN_MATMULS:
             in_backward = torch._C._current_graph_task_id() != -1
             self.state.workspace("autograd thread" if in_backward else "forward thread")
@@ -404,6 +484,77 @@ class _CounterMode(TorchDispatchMode):
             _mark(out)
             self.state.track(out)
         return out
+
+
+def sdpa_backend(profile: Profile, query: torch.Tensor, key: torch.Tensor, attn_mask: Any = None,
+                 dropout_p: float = 0.0) -> str:
+    """The SDPA kernel torch 2.13 picks on `profile` for these inputs ("flash", "efficient" or "math"), from the
+    rules of aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (the parts the course's shapes reach): flash needs
+    sm80+, FP16/BF16, 4-D inputs, no explicit mask and a head dim that is a multiple of 8 up to 256; the
+    memory-efficient kernel runs FP32 and FP16 from sm50 and BF16 from sm80 only, head dim a multiple of 8 (4 in
+    FP32); otherwise the math path. Each only where torch.backends.cuda's flag allows it (sdpa_kernel). So a T4 runs
+    BF16 attention on the math path, with the attention matrix. An Apple GPU runs its math kernel. Raises
+    torch's RuntimeError when no allowed kernel fits."""
+    if profile.kind == "mps":
+        return "math"
+    cap, dtype, head = profile.capability, query.dtype, query.shape[-1]
+    half = dtype in (torch.float16, torch.bfloat16)
+    four_d = query.dim() == 4 and key.dim() == 4
+    flash = (torch.backends.cuda.flash_sdp_enabled() and cap >= (8, 0) and half and four_d and attn_mask is None
+             and head % 8 == 0 and head <= 256)
+    efficient = (torch.backends.cuda.mem_efficient_sdp_enabled() and four_d and cap >= (5, 0)
+                 and (dtype in (torch.float32, torch.float16) or (dtype == torch.bfloat16 and cap >= (8, 0)))
+                 and head % (8 if half else 4) == 0)
+    if flash:
+        return "flash"
+    if efficient:
+        return "efficient"
+    if torch.backends.cuda.math_sdp_enabled():
+        return "math"
+    raise RuntimeError(f"No available kernel. Aborting execution. (simulated {profile.name}: flash needs sm80+ and "
+                       f"FP16/BF16, memory-efficient BF16 needs sm80+; got {dtype} on sm{cap[0]}{cap[1]})")
+
+
+def _fast_scaled_mm(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """_scaled_mm's result by a BF16 matmul of the FP8 operands times the scales (the CPU's own _scaled_mm is a
+    naive loop: 44 s for n = 1,024 here, so chapter 08's FP8 sweep could not run under the simulation). Same shape,
+    dtype and memory (the temporaries are not seen by the allocator model: a GPU's kernel has none); numerics are
+    never a simulated figure. None (use torch's) for what it does not cover: an FP8 output, no out_dtype."""
+    names = ("mat2", "scale_a", "scale_b", "bias", "scale_result", "out_dtype", "use_fast_accum")
+    given = dict(zip(names, args[1:], strict=False)) | kwargs
+    out_dtype = given.get("out_dtype")
+    if out_dtype is None or out_dtype.itemsize == 1 or given.get("scale_result") is not None:
+        return None
+    out = (args[0].to(torch.bfloat16) @ given["mat2"].to(torch.bfloat16)).float()
+    out = out * given["scale_a"].float() * given["scale_b"].float()
+    if given.get("bias") is not None:
+        out = out + given["bias"].float()
+    return out.to(out_dtype)
+
+
+def check_scaled_mm(profile: Profile, args: tuple, kwargs: dict) -> None:
+    """What cuBLASLt's FP8 GEMM refuses and the CPU's _scaled_mm accepts (aten/src/ATen/native/cuda/Blas.cpp):
+    compute capability 8.9+, mat1 row-major and mat2 column-major, every dimension a multiple of 16, not two E5M2
+    operands, FP32 scales."""
+    mat1, mat2 = args[0], args[1]
+    cap = profile.capability
+    if profile.kind != "cuda" or cap < (8, 9):
+        raise RuntimeError("torch._scaled_mm is only supported on CUDA devices with compute capability >= 9.0 or "
+                           f"8.9, or ROCm MI300+ (simulated {profile.name})")
+    if mat1.dim() != 2 or mat2.dim() != 2:
+        raise RuntimeError("mat1 and mat2 must be matrices")
+    if mat1.stride(1) != 1:
+        raise RuntimeError("mat1 must be row-major (simulated cuBLASLt layout rule)")
+    if mat2.stride(0) != 1:
+        raise RuntimeError("mat2 must be col_major (simulated cuBLASLt layout rule)")
+    if mat1.shape[1] % 16 or mat2.shape[0] % 16 or mat2.shape[1] % 16:
+        raise RuntimeError(f"Expected both dimensions of mat2 and the trailing dimension of mat1 to be divisible by "
+                           f"16, got mat1 {tuple(mat1.shape)}, mat2 {tuple(mat2.shape)}")
+    if mat1.dtype == torch.float8_e5m2 and mat2.dtype == torch.float8_e5m2:
+        raise RuntimeError("Multiplication of two Float8_e5m2 matrices is not supported")
+    scales = [kwargs.get("scale_a"), kwargs.get("scale_b")] + [a for a in args[2:4] if isinstance(a, torch.Tensor)]
+    if any(isinstance(t, torch.Tensor) and t.dtype != torch.float32 for t in scales):
+        raise RuntimeError("Both scale_a and scale_b must be float (fp32) tensors.")
 
 
 def _device_property(self: torch.Tensor) -> torch.device:
@@ -770,12 +921,77 @@ def _patch(obj: Any, name: str, value: Any) -> None:
     setattr(obj, name, value)
 
 
-_AUTOCAST_DEPTH = [0]
+_AUTOCAST_STACK: list[tuple[bool, torch.dtype, bool]] = []  # (enabled, dtype, cache) of the simulated regions
+_CAST_CACHE: dict[tuple[int, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}  # autocast's weight-cast cache
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_autocast_policy() -> dict[str, str]:
+    """CUDA autocast's op policy, read from this torch's ATen/autocast_mode.h (as chapter 04 reads it): op name ->
+    "lower" (AT_FORALL_LOWER_PRECISION_FP), "fp32" (AT_FORALL_FP32 and AT_FORALL_FP32_SET_OPT_DTYPE) or "promote"
+    (AT_FORALL_PROMOTE). MPS registers the same lists. Empty when the build ships no headers."""
+    import re
+    from pathlib import Path
+
+    header = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
+    if not header.exists():
+        return {}
+    text = header.read_text()
+    policy: dict[str, str] = {}
+    for macro, category in (("AT_FORALL_LOWER_PRECISION_FP", "lower"), ("AT_FORALL_FP32", "fp32"),
+                            ("AT_FORALL_FP32_SET_OPT_DTYPE", "fp32"), ("AT_FORALL_PROMOTE", "promote")):
+        found = re.search(rf"#define {macro}\(_\)(.*?)\n\n", text, re.S)
+        for name in re.findall(r"_\((\w+)", found.group(1) if found else ""):
+            policy.setdefault(name, category)
+    return policy
+
+
+# Python-level names of ops that reach an aten op of the policy under another name, or that are composite on CUDA
+# (cross_entropy = log_softmax (FP32) + nll_loss (FP32): CUDA autocast sees the parts, so the whole runs in FP32).
+_AUTOCAST_ALIASES = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__pow__": "pow", "__rpow__": "pow",
+                     "cross_entropy": "nll_loss"}
+
+
+def _autocast_cast(func: Any, args: tuple, kwargs: dict, dtype: torch.dtype, cache: bool = True
+                   ) -> tuple[tuple, dict]:
+    """Cast a call's simulated-GPU floating tensors as CUDA autocast would for `func` (cuda_autocast_policy): to
+    `dtype` for the lower-precision ops (leaf weights cached for the region when `cache`, as autocast's cache does:
+    cache_enabled), to FP32 for
+    the FP32 ops, to the widest input type for the promote ops; any other op runs in its inputs' types."""
+    name = getattr(func, "__name__", "")
+    category = cuda_autocast_policy().get(_AUTOCAST_ALIASES.get(name, name))
+    if category is None:
+        return args, kwargs
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if category == "lower":
+        target = dtype
+    elif category == "fp32":
+        target = torch.float32
+    else:
+        floats = [t.dtype for t in tensors if t.is_floating_point() and t.dtype != torch.float64]
+        target = functools.reduce(torch.promote_types, floats) if floats else None
+    if target is None:
+        return args, kwargs
+
+    def cast(a: Any) -> Any:
+        if not (_marked(a) and a.is_floating_point() and a.dtype not in (torch.float64, target)):
+            return a
+        if cache and category == "lower" and a.is_leaf and a.requires_grad:  # autocast caches leaf weights' casts
+            key = (id(a), target)
+            hit = _CAST_CACHE.get(key)
+            if hit is None or hit[0] is not a:
+                hit = _CAST_CACHE[key] = (a, a.to(target))
+            return hit[1]
+        return a.to(target)
+
+    return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
 
 
 def _patch_autocast(kind: str) -> None:
-    """autocast(kind) becomes CPU autocast (FP16 by default, as CUDA's); is_autocast_enabled(kind) and
-    get_autocast_dtype(kind) answer from the CPU's state inside such a region, and CUDA's defaults outside."""
+    """autocast(kind) follows CUDA's policy (cuda_autocast_policy, from the installed header) on the simulated
+    device's tensors, not the CPU's: CPU autocast keeps softmax, layer_norm, exp and sum in the lower precision,
+    CUDA's runs them in FP32. The CPU's own autocast stays off inside such a region; is_autocast_enabled(kind) and
+    get_autocast_dtype(kind) answer from the simulated state (FP16 by default, as CUDA's)."""
     autocast = torch.amp.autocast_mode.autocast
     original_init, original_enter, original_exit = autocast.__init__, autocast.__enter__, autocast.__exit__
 
@@ -784,20 +1000,24 @@ def _patch_autocast(kind: str) -> None:
              cache_enabled: bool | None = None) -> None:
         self._course_simulated = device_type == kind
         if device_type == kind:
-            device_type = "cpu"
-            dtype = torch.float16 if dtype is None else dtype
+            cache = torch.is_autocast_cache_enabled() if cache_enabled is None else bool(cache_enabled)
+            self._course_state = (bool(enabled), torch.float16 if dtype is None else dtype, cache)
+            device_type, enabled = "cpu", False  # the CPU's own autocast stays off
+            dtype = self._course_state[1]
         original_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
     @functools.wraps(original_enter)
     def enter(self: Any) -> Any:
         if getattr(self, "_course_simulated", False):
-            _AUTOCAST_DEPTH[0] += 1
+            _AUTOCAST_STACK.append(self._course_state)
         return original_enter(self)
 
     @functools.wraps(original_exit)
     def exit_(self: Any, *exc: Any) -> Any:
-        if getattr(self, "_course_simulated", False):
-            _AUTOCAST_DEPTH[0] -= 1
+        if getattr(self, "_course_simulated", False) and _AUTOCAST_STACK:
+            _AUTOCAST_STACK.pop()
+            if not any(state[0] for state in _AUTOCAST_STACK):
+                _CAST_CACHE.clear()  # autocast empties its cache when the outermost region exits
         return original_exit(self, *exc)
 
     _patch(autocast, "__init__", init)
@@ -808,12 +1028,12 @@ def _patch_autocast(kind: str) -> None:
     def is_autocast_enabled(*args: Any, **kwargs: Any) -> bool:
         device = args[0] if args else kwargs.get("device_type", "cuda" if kind == "cuda" else None)
         if device == kind:
-            return bool(_AUTOCAST_DEPTH[0] > 0 and real_enabled("cpu"))
+            return bool(_AUTOCAST_STACK and _AUTOCAST_STACK[-1][0])
         return real_enabled(*args, **kwargs)
 
     def get_autocast_dtype(device_type: str) -> torch.dtype:
         if device_type == kind:
-            return real_dtype("cpu") if _AUTOCAST_DEPTH[0] > 0 else torch.float16
+            return _AUTOCAST_STACK[-1][1] if _AUTOCAST_STACK else torch.float16
         return real_dtype(device_type)
 
     _patch(torch, "is_autocast_enabled", is_autocast_enabled)
@@ -889,6 +1109,7 @@ def install(profile: str = "t4") -> Profile:
                 _patch(torch.cuda.memory, name, fake)
         _patch(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
         _patch(torch._C, "_cuda_attach_out_of_memory_observer", state.oom_observers.append)
+        _patch(torch._C, "_cuda_clearCublasWorkspaces", state.clear_workspaces)
     else:
         fakes = _mps_fakes(state)
         _patch(torch.backends.mps, "is_available", fakes.pop("is_available"))
@@ -953,7 +1174,8 @@ def _one_sample_timings() -> None:
 def uninstall() -> None:
     """Undo `install` (for tests that simulate a GPU inside the test process)."""
     global _STATE
-    _AUTOCAST_DEPTH[0] = 0
+    _AUTOCAST_STACK.clear()
+    _CAST_CACHE.clear()
     for mode in reversed(_MODES):
         mode.__exit__(None, None, None)
     _MODES.clear()
@@ -989,10 +1211,12 @@ def state() -> _State:
 
 
 def fake_nvidia_smi_dir(folder: str, used_mib: int = 1234) -> str:
-    """Write an executable `nvidia-smi` into `folder` that prints `used_mib` (for memory.used queries)."""
+    """Write an executable `nvidia-smi` into `folder` for memory.used queries: it prints what the simulated process
+    last published (reserved + CUDA context, in the file COURSE_SIM_SMI_FILE names), else `used_mib`."""
     path = os.path.join(folder, "nvidia-smi")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(f"#!/bin/sh\necho '{used_mib}'\n")
+        var = f'"${SMI_FILE_ENV}"'
+        f.write(f"#!/bin/sh\nif [ -n {var} ] && [ -s {var} ]; then cat {var}; else echo '{used_mib}'; fi\n")
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return folder
 
@@ -1012,8 +1236,52 @@ def setup_cell_source(profile: str) -> str:
         "if _simgpu._STATE is None:\n"
         f"    _simgpu.install({profile!r})\n"
         f"assert _simgpu.state().profile.key == {profile!r}, _simgpu.state().profile.key\n"
+        "_simgpu.record_start_state()\n"
         "del _ilu, _sys, _torch\n"
     )
+
+
+END_MARK = "[simulated GPU] end state "
+_START_ALLOC_ENV: dict[str, str | None] = {}
+
+
+def _alloc_env() -> dict[str, str | None]:
+    from utils.allocator_model import ALLOC_CONF_VARIABLES
+
+    return {name: os.environ.get(name) for name in ALLOC_CONF_VARIABLES}
+
+
+def record_start_state() -> None:
+    """Remember the allocator variables in force when the notebook starts (the setup cell calls this)."""
+    _START_ALLOC_ENV.clear()
+    _START_ALLOC_ENV.update(_alloc_env())
+
+
+def end_state() -> dict[str, Any]:
+    """What a chapter leaves in force at its end, against what it promises: the memory fraction (COURSE_TIER's cap
+    on a larger GPU, else 1.0) and the allocator variables it started with; and the SDPA kernels a GPU chose."""
+    from utils.sizes import TIER_ENV, tier_for_memory, tier_memory_fraction
+
+    st = state()
+    expected = 1.0
+    forced = os.environ.get(TIER_ENV, "").strip()
+    if st.profile.kind == "cuda" and forced and tier_for_memory(st.profile.total_memory) > int(forced):
+        expected = tier_memory_fraction(int(forced), st.profile.total_memory)
+    return {"fraction": st.fraction, "expected_fraction": expected if st.profile.kind == "cuda" else st.fraction,
+            "alloc_env": _alloc_env(), "start_alloc_env": dict(_START_ALLOC_ENV),
+            "sdpa": {c: st.sdpa_choices.count(c) for c in sorted(set(st.sdpa_choices))},
+            "workspaces": sorted(st.workspaces)}
+
+
+def end_state_problems(end: dict[str, Any]) -> list[str]:
+    """Differences between the state a chapter leaves and the state it promises (see end_state)."""
+    problems = []
+    if abs(end["fraction"] - end["expected_fraction"]) > 1e-9:
+        problems.append(f"the memory fraction in force at the end is {end['fraction']:.4f}, not "
+                        f"{end['expected_fraction']:.4f} (COURSE_TIER's cap or 1.0): a cell did not restore it")
+    if end["alloc_env"] != end["start_alloc_env"]:
+        problems.append(f"the allocator variables changed: {end['start_alloc_env']} -> {end['alloc_env']}")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -1047,11 +1315,16 @@ def run_notebook(path: str, profile: str, *, size: str = "tiny", cell_timeout: i
     nb = nbformat.read(path, as_version=4)
     setup = "pass" if profile == "cpu" else setup_cell_source(profile)
     nb.cells.insert(0, nbformat.v4.new_code_cell(setup))
+    if profile != "cpu":  # the state the chapter leaves in force (state carried between cells)
+        nb.cells.append(nbformat.v4.new_code_cell(
+            "import json as _json, sys as _sys\n"
+            f"print({END_MARK!r} + _json.dumps(_sys.modules['course_simulated_gpu'].end_state()))\n"))
     with tempfile.TemporaryDirectory(prefix="simgpu-") as tmp:
         env = dict(os.environ, COURSE_SIZE=size, COURSE_RECORD="0", MPLBACKEND="Agg",
                    PYTHONWARNINGS="ignore::DeprecationWarning")
         if profile != "cpu" and PROFILES[profile].kind == "cuda":
             env["PATH"] = fake_nvidia_smi_dir(tmp) + os.pathsep + env.get("PATH", "")
+            env[SMI_FILE_ENV] = os.path.join(tmp, "memory_used_mib")
         env.update(extra_env or {})
         client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
                                 config=notebook_client_config(),
@@ -1074,6 +1347,16 @@ def run_notebook(path: str, profile: str, *, size: str = "tiny", cell_timeout: i
                 if "Traceback (most recent call last)" in text:
                     last = [t for t in text.strip().splitlines() if t.strip()][-1]
                     failures.append(CellFailure(index, f"printed a traceback: {last}"[:300], head))
+    ends = [line for line in lines if line.startswith(END_MARK)]
+    if profile != "cpu":
+        if not ends:
+            failures.append(CellFailure(len(nb.cells) - 1, "the end-state cell printed nothing", "end state"))
+        else:
+            import json
+
+            for problem in end_state_problems(json.loads(ends[-1][len(END_MARK):])):
+                failures.append(CellFailure(len(nb.cells) - 2, f"state carried between cells: {problem}",
+                                            "end state"))
     for failure in failures:
         print(failure)
     return failures, lines, seconds

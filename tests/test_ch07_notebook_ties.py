@@ -363,8 +363,10 @@ def test_snapshot_records_python_stacks_and_stops_in_finally():
 
 
 def test_memory_fraction_is_always_reset_in_the_notebook():
+    """...to the fraction that was in force (COURSE_TIER's cap or 1.0), not to 1.0 (issue 33, bug 2)."""
     for source in _code_cells():
         if "set_per_process_memory_fraction(min" in source or "set_per_process_memory_fraction(t4" in source:
             tree = ast.parse(source)
             finals = [ast.unparse(s) for t in ast.walk(tree) if isinstance(t, ast.Try) for s in t.finalbody]
-            assert any("set_per_process_memory_fraction(1.0)" in f for f in finals), source[:80]
+            assert any("set_per_process_memory_fraction(in_force)" in f for f in finals), source[:80]
+            assert "in_force = memory_fraction_in_force()" in source, source[:80]

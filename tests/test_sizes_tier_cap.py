@@ -18,7 +18,7 @@ def fake_h100(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d=None: calls.append((f, d)))
-    monkeypatch.setattr(sizes, "_CAPPED", set())
+    monkeypatch.setattr(sizes, "_CAPPED", {})
     return calls
 
 

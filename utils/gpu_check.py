@@ -3,8 +3,11 @@
 On a CUDA GPU it
 1. runs every chapter notebook (00-09) at the full size of the GPU's memory tier, in a fresh kernel each, with a
    timeout per cell, recording reference results (COURSE_RECORD=1: results/<device>/NN_*.json);
-2. records each notebook's wall time and its peak memory (the highest max_memory_allocated and
-   max_memory_reserved of the run: the kernel keeps the maximum across every reset_peak_memory_stats);
+2. records each notebook's wall time and its peak memory: the highest max_memory_allocated and
+   max_memory_reserved of the kernel's process (it keeps the maximum across every reset_peak_memory_stats), and the
+   device's peak as nvidia-smi reports it, sampled about every 0.5 s while the notebook runs (every process on the
+   GPU: the kernel, its child processes such as chapter 07's fragmentation child and chapter 06's workers, and each
+   one's CUDA context; a short spike between two samples can be missed, so it is a lower bound of the true peak);
 3. compares the course's memory estimator with the measured step peak on the validation configurations of
    `utils.estimate.validate` (goal: within 5%);
 4. writes results/<device>/gpu_check.json and gpu_check.md, and prints a table of what passed and what did not,
@@ -24,8 +27,10 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -97,6 +102,7 @@ class ChapterResult:
     peak_allocated: int | None = None
     peak_reserved: int | None = None
     failed_cells: list[str] = field(default_factory=list)
+    peak_device_used: int | None = None  # nvidia-smi's memory.used, sampled: children and CUDA contexts included
 
 
 @dataclass
@@ -131,8 +137,49 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
+def _smi_memory_used(uuid: str | None = None, timeout_s: float = 10.0) -> int | None:
+    """utils.env.nvidia_smi_memory_used for the GPU `uuid` (here so tests can replace it)."""
+    from utils.env import nvidia_smi_memory_used as used
+
+    return used(uuid=uuid, timeout_s=timeout_s) if uuid else None
+
+
+class DevicePeakSampler:
+    """Samples nvidia-smi's memory.used of the GPU `uuid` in a thread while a block runs and keeps the highest:
+    what the device held for every process (children included) with their CUDA contexts. Sampled, so a lower
+    bound of the true peak; `peak` is None when nvidia-smi gave no reading."""
+
+    def __init__(self, uuid: str | None, interval_s: float = 0.5) -> None:
+        if uuid is not None:
+            check_str("uuid", uuid)
+        self.uuid, self.interval_s = uuid, float(interval_s)
+        self.peak: int | None = None
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            used = _smi_memory_used(self.uuid, timeout_s=5.0)
+            if used is not None:
+                self.peak = used if self.peak is None else max(self.peak, used)
+            self.samples += 1
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> DevicePeakSampler:
+        if self.uuid is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+
 def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, record: bool = True,
-                prelude: str = "", extra_env: dict[str, str] | None = None) -> ChapterResult:
+                prelude: str = "", extra_env: dict[str, str] | None = None,
+                device_uuid: str | None = None) -> ChapterResult:
     """Run one notebook in a fresh kernel at `size`; never raises for a failing notebook (it is reported)."""
     import nbformat
     from nbclient import NotebookClient
@@ -155,14 +202,15 @@ def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, rec
                             resources={"metadata": {"path": str(path.parent)}})
     t0 = time.perf_counter()
     reason = ""
-    try:
-        client.execute(env=env)
-    except CellTimeoutError:
-        reason = f"a cell ran past {cell_timeout} s"
-    except DeadKernelError as exc:
-        reason = f"the kernel died (out of host memory?): {_first_line(exc)}"
-    except Exception as exc:  # noqa: BLE001 (any failure of the run is reported, not raised)
-        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+    with DevicePeakSampler(device_uuid) as sampler:
+        try:
+            client.execute(env=env)
+        except CellTimeoutError:
+            reason = f"a cell ran past {cell_timeout} s"
+        except DeadKernelError as exc:
+            reason = f"the kernel died (out of host memory?): {_first_line(exc)}"
+        except Exception as exc:  # noqa: BLE001 (any failure of the run is reported, not raised)
+            reason = f"{type(exc).__name__}: {_first_line(exc)}"
     wall = time.perf_counter() - t0
     failed, peak = [], None
     first_real = len(extra)
@@ -178,7 +226,7 @@ def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, rec
         reason = f"{len(failed)} cell(s) failed; first: {failed[0]}"
     return ChapterResult(path.name, not reason, reason or "every cell ran", round(wall, 1),
                          None if peak is None else int(peak["allocated"]),
-                         None if peak is None else int(peak["reserved"]), failed)
+                         None if peak is None else int(peak["reserved"]), failed, sampler.peak)
 
 
 def _bytes_of(cell: str) -> int:
@@ -229,15 +277,33 @@ def no_gpu_line() -> str:
             "(CPU and Apple machines are covered by make test).")
 
 
+def reference_gpu(device: str) -> Any:
+    """The time model's reference GPU (utils.time_model.GPUS) that `device` (torch's device name) is, or None.
+
+    Matched by model, not by substring: "A100" with "80GB" in the name is the A100-80GB (its own rates), "A10G" is
+    not an "A10", and a GPU the time model does not list gets None (no prediction rather than another card's)."""
+    from utils.time_model import GPUS
+
+    check_str("device", device)
+    name = device.upper().replace("NVIDIA", " ").replace("TESLA", " ")
+    words = set(re.split(r"[\s\-_/]+", name)) - {""}
+    if "A100" in words:
+        return GPUS["A100-80GB"] if "80GB" in words or "80G" in words else GPUS["A100"]
+    for key in ("H100", "A10G", "T4"):
+        if key in words:
+            return GPUS[key]
+    return None
+
+
 def predicted_wall(device: str, tier: int, chapter: str) -> str:
     """utils.time_model's predicted seconds for a chapter's full size on this GPU when it is one of the reference
-    GPUs (T4, A10G, A100, H100: matched by name), else "-": a real run checks the time model's 40% of peak."""
-    from utils.time_model import GPUS, chapter_work, predicted_seconds
+    GPUs (reference_gpu), else "-": a real run checks the time model."""
+    from utils.time_model import chapter_work, predicted_seconds
 
-    gpu = next((g for key, g in GPUS.items() if key.lower() in device.lower()), None)
-    if gpu is None or not ("01" <= chapter <= "09"):
+    gpu = reference_gpu(device)
+    if gpu is None or not ("00" <= chapter <= "09"):
         return "-"
-    return f"{predicted_seconds(chapter_work(chapter, tier), gpu):.0f}"
+    return f"{predicted_seconds(chapter_work(chapter, tier), gpu, chapter=chapter):.0f}"
 
 
 def _gib(n: int | None) -> str:
@@ -255,9 +321,14 @@ def report(device: str, tier: int, size: str, chapters: list[ChapterResult], est
              f"{tier_budget(tier) / 2**30:.2f} GiB; torch {torch.__version__}; {dt.date.today().isoformat()}.", ""]
     rows = [(c.notebook, "passed" if c.passed else "FAILED", f"{c.wall_s:.1f}",
              predicted_wall(device, tier, c.notebook[:2]) if size == "full" else "-", _gib(c.peak_allocated),
-             _gib(c.peak_reserved), c.reason) for c in chapters]
+             _gib(c.peak_reserved), _gib(c.peak_device_used), c.reason) for c in chapters]
     lines.append(format_table(rows, ["notebook", "result", "wall s", "time model s", "peak allocated GiB",
-                                     "peak reserved GiB", "reason"]))
+                                     "peak reserved GiB", "device peak GiB (nvidia-smi, sampled)", "reason"]))
+    lines += ["", "Peak allocated and reserved are the kernel's own process; the device peak is nvidia-smi's "
+              "memory.used sampled every 0.5 s: every process on the GPU (chapter 07's fragmentation child, "
+              "chapter 06's workers) and their CUDA contexts, a lower bound of the true peak."
+              " The time model's seconds are a prediction from FLOPs,"
+              " per-step overheads and fixed costs (utils/time_model.py): a real run checks them."]
     lines.append("")
     if estimate_error:
         lines.append(f"Estimator check FAILED to run: {estimate_error}")
@@ -286,7 +357,7 @@ def check(chapters: list[str] | None = None, *, size: str | None = None, cell_ti
     for path in chapter_notebooks(chapters):
         print(f"running {path.name} at size {size} ...", flush=True)
         result = run_chapter(path, size=size, cell_timeout=cell_timeout, record=record, prelude=prelude,
-                             extra_env=extra_env)
+                             extra_env=extra_env, device_uuid=device.get("uuid"))
         print(f"  {'passed' if result.passed else 'FAILED'} in {result.wall_s:.1f} s: {result.reason}", flush=True)
         results.append(result)
     estimates: list[EstimateResult] = []

@@ -6,8 +6,9 @@ and tests/test_ch07_notebook_ties.py check that these agree with the notebook's 
 - `run_step_oom_safe(step, optimizer, ...)`: the same for a training step, with the gradients set to None in a
   `finally`, whether the step failed in forward, backward or the optimizer step (a probe that fails in backward
   would otherwise leave `.grad` filled, and the next probe would start above its baseline).
-- `memory_fraction_cap(fraction)`: `torch.cuda.set_per_process_memory_fraction` for a block, always reset to 1.0
-  in a `finally` (stand in for a smaller GPU; used by chapters 07 and 09).
+- `memory_fraction_cap(fraction)`: `torch.cuda.set_per_process_memory_fraction` for a block, the fraction in
+  force before it always restored in a `finally` (stand in for a smaller GPU; used by chapters 07 and 09). Not 1.0:
+  under COURSE_TIER the fraction in force is the tier's cap, which must outlive the block (issue 33, bug 2).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def run_step_oom_safe(step: Callable[..., Any], optimizer: torch.optim.Optimizer
 @contextmanager
 def memory_fraction_cap(fraction: float, device: int | None = None) -> Iterator[int]:
     """Cap this process's CUDA allocator at `fraction` of the GPU's memory for the block (stand in for a
-    smaller GPU); yields the cap in bytes and always resets the fraction to 1.0 when the block ends."""
+    smaller GPU); yields the cap in bytes and always restores the fraction in force before it when the block ends
+    (utils.sizes.memory_fraction_in_force: COURSE_TIER's cap, or 1.0)."""
     fraction = check_number("fraction", fraction, positive=True, maximum=1.0)
     if device is not None:
         from utils.validate import check_int
@@ -99,10 +101,13 @@ def memory_fraction_cap(fraction: float, device: int | None = None) -> Iterator[
     if not torch.cuda.is_available():
         raise RuntimeError("memory_fraction_cap needs a CUDA GPU (set_per_process_memory_fraction is CUDA's)")
     index = torch.cuda.current_device() if device is None else device
+    from utils.sizes import memory_fraction_in_force
+
     total = torch.cuda.get_device_properties(index).total_memory
+    in_force = memory_fraction_in_force(index)
     torch.cuda.set_per_process_memory_fraction(fraction, index)
     try:
         yield int(fraction * total)
     finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, index)
+        torch.cuda.set_per_process_memory_fraction(in_force, index)
         free_memory()

@@ -30,6 +30,12 @@ GIB = 2**30
 # (less than its marketed size: a T4 shows about 14.7 GiB, an A10G about 22.5 GiB, an L4 about 22 GiB).
 TIERS: tuple[int, ...] = (16, 24, 40, 80)
 TIER_USABLE_BYTES: dict[int, int] = {16: int(14.5 * GIB), 24: 22 * GIB, 40: 39 * GIB, 80: 79 * GIB}
+# Where a tier starts: the least total memory a GPU must report to get it, well below the tier's usable bytes, so a
+# card reporting a little less than the course's typical figure stays in its tier (issue 33, bug 6: the 24 GB tier
+# started at 22 GiB, exactly the course's figure for an L4, and an H100's 79.1 GiB cleared the 80 GB tier by 0.1 GiB).
+# Every full size fits FIT_FRACTION of the tier's usable bytes, which leaves room for the CUDA context and the
+# workspaces even on a card at the tier's lower edge (20 GiB: a 16.5 GiB budget + about 0.6 GiB).
+TIER_MIN_REPORTED_BYTES: dict[int, int] = {16: 0, 24: 20 * GIB, 40: 36 * GIB, 80: 72 * GIB}
 TIER_EXAMPLES: dict[int, str] = {16: "T4", 24: "A10G / L4", 40: "A100-40GB", 80: "A100-80GB / H100"}
 FIT_FRACTION = 0.75  # the rest is headroom: CUDA context, cuBLAS workspaces, allocator fragmentation
 
@@ -49,7 +55,8 @@ def experiment_size() -> Size:
 
 
 def tier_for_memory(total_bytes: int) -> int:
-    """The memory tier (GiB) of a GPU with `total_bytes` of memory: the largest tier whose usable bytes it has.
+    """The memory tier (GiB) of a GPU with `total_bytes` of memory: the largest tier it reaches
+    (TIER_MIN_REPORTED_BYTES: a tier starts some GiB below its usable bytes, so no typical card sits on an edge).
 
     A GPU smaller than the smallest tier gets the smallest tier (16): full sizes are planned for a T4.
     """
@@ -57,7 +64,7 @@ def tier_for_memory(total_bytes: int) -> int:
         raise TypeError(f"total_bytes must be an int, got {type(total_bytes).__name__}")
     if total_bytes <= 0:
         raise ValueError(f"total_bytes must be positive, got {total_bytes}")
-    fitting = [t for t in TIERS if TIER_USABLE_BYTES[t] <= total_bytes]
+    fitting = [t for t in TIERS if TIER_MIN_REPORTED_BYTES[t] <= total_bytes]
     return max(fitting) if fitting else TIERS[0]
 
 
@@ -72,24 +79,46 @@ def tier_memory_fraction(tier: int, total_bytes: int) -> float:
     return min(1.0, TIER_USABLE_BYTES[tier] / total_bytes)
 
 
-_CAPPED: set[tuple[int, int]] = set()  # (device, tier) already capped in this process: never re-applied over a
-# chapter's own cap (chapter 07's search sets one and restores the fraction it found)
+_CAPPED: dict[int, float] = {}  # device -> the fraction COURSE_TIER capped it at in this process
+
+
+def memory_fraction_in_force(index: int | None = None) -> float:
+    """The per-process memory fraction now in force on CUDA device `index` (default: the current device): what
+    torch.cuda.get_per_process_memory_fraction reports (torch 2.9+), else the COURSE_TIER cap this process applied,
+    else 1.0. A chapter that sets its own fraction restores THIS value afterwards, not 1.0 (issue 33, bug 2: a reset
+    to 1.0 lifted the COURSE_TIER cap for the rest of the notebook)."""
+    if index is not None:
+        from utils.validate import check_int
+
+        check_int("index", index, minimum=0)
+    if not torch.cuda.is_available():
+        return 1.0
+    index = torch.cuda.current_device() if index is None else index
+    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if getter is not None:
+        try:
+            return float(getter(index))
+        except (RuntimeError, AttributeError, AssertionError):  # a build without the binding
+            pass
+    return _CAPPED.get(index, 1.0)
 
 
 def _cap_to_tier(tier: int) -> None:
     """COURSE_TIER rehearses a smaller GPU: cap this process's CUDA caching allocator at the tier's usable bytes
     (torch.cuda.set_per_process_memory_fraction caps the memory the allocator may reserve: total_memory x fraction;
-    torch/cuda/memory.py). A chapter that sets its own fraction should restore this one, not 1.0."""
+    torch/cuda/memory.py). Applied at the first call, and again whenever the fraction in force has been raised
+    above the tier's cap since (a chapter that reset it to 1.0); a chapter's own smaller cap is left alone."""
     if not torch.cuda.is_available():
         return
     index = torch.cuda.current_device()
-    if (index, tier) in _CAPPED:
-        return
-    _CAPPED.add((index, tier))
     total = int(torch.cuda.get_device_properties(index).total_memory)
     fraction = tier_memory_fraction(tier, total)
-    if tier_for_memory(total) > tier and fraction < 1.0:  # only a larger GPU rehearsing a smaller one
-        torch.cuda.set_per_process_memory_fraction(fraction, index)
+    if not (tier_for_memory(total) > tier and fraction < 1.0):  # only a larger GPU rehearsing a smaller one
+        return
+    if index in _CAPPED and memory_fraction_in_force(index) <= fraction:
+        return  # capped already, at the tier or below (a chapter's own cap)
+    _CAPPED[index] = fraction
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
 
 
 def memory_tier() -> int:

@@ -8,6 +8,7 @@ kernels asynchronously: a call that takes microseconds is dominated by its launc
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -56,6 +57,14 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
+def _current(dev: torch.device) -> Any:
+    """A context in which `dev` is the current CUDA device (CUDA events and torch.accelerator.synchronize act on the
+    current device's stream: a timing of cuda:1 from cuda:0 would time device 0), else nothing."""
+    if dev.type == "cuda" and dev.index is not None:
+        return torch.cuda.device(dev)
+    return contextlib.nullcontext()
+
+
 def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 5, device: str | torch.device | None = None,
             inner: int = 1) -> Timing:
     """Time `fn()`: CUDA events when `device` is CUDA, perf_counter around torch.mps.synchronize() on an Apple
@@ -69,30 +78,31 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 5, device:
     check_int("inner", inner, minimum=1)
     dev = _resolve_device(device)
 
-    for _ in range(warmup):
-        fn()
-    samples = []
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / inner)
-        label = f"{torch.cuda.get_device_name(dev)} (CUDA events)"
-    else:
-        sync = torch.mps.synchronize if dev.type == "mps" else (lambda: None)
+    with _current(dev):  # events record on the current device's stream: make `dev` current (issue 33, bug 8)
+        for _ in range(warmup):
+            fn()
+        samples = []
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+            for _ in range(repeats):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record(torch.cuda.current_stream(dev))
+                for _ in range(inner):
+                    fn()
+                end.record(torch.cuda.current_stream(dev))
+                end.synchronize()
+                samples.append(start.elapsed_time(end) / 1e3 / inner)
+            return Timing(median_s=statistics.median(samples), samples_s=tuple(samples),
+                          device=f"{torch.cuda.get_device_name(dev)} (CUDA events)")
+    sync = torch.mps.synchronize if dev.type == "mps" else (lambda: None)  # the CPU or an Apple GPU
+    sync()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
         sync()
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            sync()
-            samples.append((time.perf_counter() - t0) / inner)
-        label = "Apple GPU (MPS, perf_counter)" if dev.type == "mps" else "CPU (perf_counter)"
+        samples.append((time.perf_counter() - t0) / inner)
+    label = "Apple GPU (MPS, perf_counter)" if dev.type == "mps" else "CPU (perf_counter)"
     return Timing(median_s=statistics.median(samples), samples_s=tuple(samples), device=label)
 
 
@@ -224,9 +234,6 @@ def compare_timings(configs: dict[str, Callable[[], Any]], *, repeats: int = 5, 
     `timer()`, which calls `torch.accelerator.synchronize()` before reading the clock (CUDA and MPS work is
     finished, not just queued); the samples go into a `torch.utils.benchmark.Measurement` (median, IQR).
     `progress`, if given, is the description of a tqdm bar printed to stdout."""
-    from torch.utils.benchmark import Measurement
-    from torch.utils.benchmark.utils.common import TaskSpec
-    from torch.utils.benchmark.utils.timer import timer
 
     if not isinstance(configs, dict) or not configs:
         raise TypeError("configs must be a non-empty dict of name -> callable")
@@ -239,6 +246,16 @@ def compare_timings(configs: dict[str, Callable[[], Any]], *, repeats: int = 5, 
     if progress is not None and not isinstance(progress, str):
         raise TypeError(f"progress must be a str or None, got {type(progress).__name__}")
     dev = _resolve_device(device)
+
+    with _current(dev):
+        return _compare_timings(configs, repeats, warmup, min_sample_s, dev, progress)
+
+
+def _compare_timings(configs: dict[str, Callable[[], Any]], repeats: int, warmup: int, min_sample_s: float,
+                     dev: torch.device, progress: str | None) -> TimingTable:
+    from torch.utils.benchmark import Measurement
+    from torch.utils.benchmark.utils.common import TaskSpec
+    from torch.utils.benchmark.utils.timer import timer
 
     names = list(configs)
     number = {}

@@ -1,8 +1,9 @@
 """The minutes table of docs/workshop.md, from measurements and the time model, never typed.
 
 For each chapter: the minutes its committed run took on the CPU that made the outputs (`course.outputs.seconds`
-in the notebook, written by `make outputs`), the compute minutes `utils.time_model` predicts at full size on a T4
-and on an H100 (matmul FLOPs at 40% of the datasheet peak: a lower bound, Python and elementwise work excluded),
+in the notebook, written by `make outputs`), the minutes `utils.time_model` predicts at full size on a T4 and on an
+H100 (a prediction: FLOPs at assumed sustained rates, the measured per-op host overhead and the chapter's fixed
+costs), with the lower bound beside it (the matmul FLOPs at the datasheet peak, which no run beats),
 and the minutes its lab's exercises are planned to take (the labs' metadata, as in docs/instructors.md).
 `make outputs` and `make labs` leave it stale; `python -m utils.workshop` rewrites it, and a test fails while
 the document and the data disagree.
@@ -30,7 +31,7 @@ def _minutes(seconds: float | None) -> str:
 def minutes_rows() -> tuple[list[list[str]], list[str]]:
     """One row per chapter: title, CPU minutes (measured), T4 and H100 compute minutes (predicted), lab minutes."""
     from utils.labs import lab_exercises, read_notebook
-    from utils.time_model import GPUS, chapter_work, predicted_seconds
+    from utils.time_model import GPUS, chapter_work, datasheet_bound_seconds, predicted_seconds
 
     rows, devices = [], set()
     for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
@@ -43,10 +44,9 @@ def minutes_rows() -> tuple[list[list[str]], list[str]]:
                       if line.startswith("# ")), path.stem)
         predicted = []
         for gpu, tier in (("T4", 16), ("H100", 80)):
-            try:
-                predicted.append(_minutes(predicted_seconds(chapter_work(number, tier), GPUS[gpu])))
-            except (KeyError, ValueError):
-                predicted.append("-")  # a chapter without a time-model entry (00 runs no experiment worth one)
+            works = chapter_work(number, tier)
+            predicted.append(f"{_minutes(predicted_seconds(works, GPUS[gpu], chapter=number))} "
+                             f"(≥ {_minutes(datasheet_bound_seconds(works, GPUS[gpu]))})")
         labs = sorted((REPO_ROOT / "labs").glob(f"lab{number}_*.ipynb"))
         lab_minutes = "-"
         if labs:
@@ -56,8 +56,8 @@ def minutes_rows() -> tuple[list[list[str]], list[str]]:
             lab_minutes = f"{auto:.0f}" + (f" + {by_hand:.0f} challenge" if by_hand else "")
         rows.append([number, title, _minutes(outputs.get("seconds")), *predicted, lab_minutes])
     device = ", ".join(sorted(devices))
-    headers = ["ch", "chapter", f"CPU run, min (measured: {device})", "T4 compute, min (predicted)",
-               "H100 compute, min (predicted)", "lab, min (planned)"]
+    headers = ["ch", "chapter", f"CPU run, min (measured: {device})", "T4, min (predicted; ≥ bound)",
+               "H100, min (predicted; ≥ bound)", "lab, min (planned)"]
     return rows, headers
 
 

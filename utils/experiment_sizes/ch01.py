@@ -14,7 +14,7 @@ from __future__ import annotations
 from utils.estimate import TransformerShape, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
-from utils.time_model import Work, gpt_step_flops
+from utils.time_model import Work, gpt_step_flops, gpt_step_ops
 
 # Section 1: the training step, part by part.
 N_LAYER = pick(2, 12, tiny=1)
@@ -92,7 +92,8 @@ def work(tier: int) -> list[Work]:
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
     batch = pick(4, {16: 4, 24: 8, 40: 8, 80: 8}, size="full", tier=tier)
-    return [Work("GPT-2 small training steps (section 1)", gpt_step_flops(gpt_config("full"), batch), 2, "fp32"),
-            Work("estimator validation (8 configurations x 4 steps)",
-                 gpt_step_flops(GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256), 16), 32,
-                 "fp32")]
+    small = GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256)
+    return [Work("GPT-2 small training steps (section 1)", gpt_step_flops(gpt_config("full"), batch), 2, "fp32",
+                 ops=gpt_step_ops(gpt_config("full"))),
+            Work("estimator validation (8 configurations x 4 steps)", gpt_step_flops(small, 16), 32, "fp32",
+                 ops=gpt_step_ops(small))]

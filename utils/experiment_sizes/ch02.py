@@ -10,7 +10,7 @@ from __future__ import annotations
 from utils.estimate import TransformerShape, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
-from utils.time_model import Work, gpt_step_flops, matmul_flops
+from utils.time_model import Work, gpt_step_flops, gpt_step_ops, matmul_flops
 
 GPT_D_MODEL = pick(64, 256, tiny=32)
 GPT_SEQ_LEN = pick(32, 128, tiny=16)
@@ -43,6 +43,6 @@ def work(tier: int) -> list[Work]:
                     vocab_size=256)
     n = pick(128, 8192, size="full")
     return [Work("small GPT trained for its tensors", gpt_step_flops(cfg, pick(8, 32, size="full")),
-                 pick(20, 100, size="full"), "fp32")] + [
+                 pick(20, 100, size="full"), "fp32", ops=gpt_step_ops(cfg))] + [
         Work(f"{n} x {n} matmul throughput, {p}", matmul_flops(n), 3, p, min_seconds=0.5)
         for p in ("fp32", "bf16", "fp16") + (() if tier == 16 else ("tf32",))]  # tier 16: a T4, no TF32

@@ -17,7 +17,7 @@ from __future__ import annotations
 from utils.estimate import TransformerShape, shape_of, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
-from utils.time_model import Work, gpt_step_flops
+from utils.time_model import Work, gpt_step_flops, gpt_step_ops
 
 N_LAYER = pick(4, 12, tiny=1)
 D_MODEL = pick(64, 512, tiny=32)
@@ -64,5 +64,6 @@ def work(tier: int) -> list[Work]:
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
     step = gpt_step_flops(gpt_config("full"), pick(8, 32, size="full"))
-    return [Work("FP32 training run (gradients sampled)", step, pick(12, 200, size="full"), "fp32"),
-            Work("accumulation with a scaler, right and wrong", step, 4, "fp32")]
+    ops = gpt_step_ops(gpt_config("full"))
+    return [Work("FP32 training run (gradients sampled)", step, pick(12, 200, size="full"), "fp32", ops=ops),
+            Work("accumulation with a scaler, right and wrong", step, 4, "fp32", ops=ops)]

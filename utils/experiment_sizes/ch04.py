@@ -15,7 +15,7 @@ from __future__ import annotations
 from utils.estimate import shape_of, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
-from utils.time_model import Work, gpt_step_flops, linear_stack_flops, matmul_flops
+from utils.time_model import Work, gpt_step_flops, gpt_step_ops, linear_stack_flops, linear_stack_ops, matmul_flops
 
 
 def gpt_config(size: str | None = None) -> GPTConfig:
@@ -75,13 +75,16 @@ def work(tier: int) -> list[Work]:
     # tier 16 is a T4 (7.5): no TF32 run there
     precisions = ("fp32", "fp16", "bf16", "bf16") if tier == 16 else ("fp32", "tf32", "fp16", "bf16", "bf16")
     # per precision: the training steps, one step under FlopCounterMode, one in step_peak, one FP32 forward
-    works = [Work(f"GPT training, {p}", step, steps + 2, p) for p in precisions]
+    ops = gpt_step_ops(gpt_config("full"))
+    works = [Work(f"GPT training, {p}", step, steps + 2, p, ops=ops) for p in precisions]
     works += [Work("FP32 evaluation forwards", gpt_step_flops(gpt_config("full"), pick(8, _TRAIN_BATCH, size="full",
                                                                                      tier=tier), backward=False),
-                   len(precisions), "fp32")]
+                   len(precisions), "fp32", ops=gpt_step_ops(gpt_config("full"), backward=False))]
     # compare_timings: 2 warm-up + 9 samples per dtype, each at least 20 ms of back-to-back calls
     works += [Work(f"{n} x {n} matmul, {p}", matmul_flops(n), 11, p, min_seconds=11 * 0.02)
               for p in ("fp32", "bf16", "fp16")]
-    works += [Work("tiny GPT, three schemes and five seeds", tiny, pick(20, 100, size="full") * 13, "fp16"),
-              Work("wide MLP step (bytes per parameter)", mlp_step, 3, "bf16")]
+    tiny_cfg = GPTConfig(n_layer=1, d_model=32, n_head=4, seq_len=32, vocab_size=64)
+    works += [Work("tiny GPT, three schemes and five seeds", tiny, pick(20, 100, size="full") * 13, "fp16",
+                   ops=gpt_step_ops(tiny_cfg) + 20),  # + GradScaler's unscale, inf check and update
+              Work("wide MLP step (bytes per parameter)", mlp_step, 3, "bf16", ops=linear_stack_ops(3) + 40)]
     return works

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
-from utils.time_model import Work, gpt_step_flops, linear_stack_flops
+from utils.time_model import Work, gpt_step_flops, gpt_step_ops, linear_stack_flops, linear_stack_ops
 from utils.validate import check_int
 
 FP32 = 4
@@ -105,12 +105,17 @@ def work(tier: int) -> list[Work]:
     trade = sum(TRADE_DEPTH * 4 * linear_stack_flops([(d, 4 * d), (4 * d, d)], t * (1 + GROWTH), backward=False)
                 for t in (small, large))
     layers, hd, seq, batch = _HF[tier]
-    return [Work("saved bytes vs depth (4 strategies, forward)", block, 4 * sum(_DEPTHS), "fp32"),
-            Work("optimum segments (2 steps per k, recomputed)", block * OPT_DEPTH * 4, 2 * ks, "fp32"),
-            Work("recomputation timings (4 configurations)", block * OPT_DEPTH * 4, 4 * 7, "fp32"),
-            Work("batch vs recomputation timings", trade, 7, "fp32"),
-            Work("offload and plain step timings", block * OPT_DEPTH * 3, 14, "fp32"),
-            Work("checkpoint_sequential and C22 steps (recomputed)", block * 4, 2 * OPT_DEPTH + max(_DEPTHS), "fp32"),
-            Work("GPT-2 forward (saved bytes)",
-                 gpt_step_flops(GPTConfig(n_layer=layers, d_model=hd, n_head=12, seq_len=seq, vocab_size=50257),
-                                batch, backward=False), 2, "fp32")]
+    # ops: a block is 2 Linear + GELU (about 8 ops forward, 16 backward, 8 more recomputed); offload adds copies
+    block_ops = linear_stack_ops(2, backward=False) + 2
+    hf = GPTConfig(n_layer=layers, d_model=hd, n_head=12, seq_len=seq, vocab_size=50257)
+    return [Work("saved bytes vs depth (4 strategies, forward)", block, 4 * sum(_DEPTHS), "fp32", ops=block_ops),
+            Work("optimum segments (2 steps per k, recomputed)", block * OPT_DEPTH * 4, 2 * ks, "fp32",
+                 ops=4 * OPT_DEPTH * block_ops),
+            Work("recomputation timings (4 configurations)", block * OPT_DEPTH * 4, 4 * 7, "fp32",
+                 ops=4 * OPT_DEPTH * block_ops),
+            Work("batch vs recomputation timings", trade, 7, "fp32", ops=2 * 4 * TRADE_DEPTH * block_ops),
+            Work("offload and plain step timings", block * OPT_DEPTH * 3, 14, "fp32", ops=5 * OPT_DEPTH * block_ops),
+            Work("checkpoint_sequential and C22 steps (recomputed)", block * 4, 2 * OPT_DEPTH + max(_DEPTHS), "fp32",
+                 ops=4 * block_ops),
+            Work("GPT-2 forward (saved bytes)", gpt_step_flops(hf, batch, backward=False), 2, "fp32",
+                 ops=gpt_step_ops(hf, backward=False))]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
-from utils.time_model import Work, gpt_step_flops
+from utils.time_model import Work, gpt_step_flops, gpt_step_ops
 
 FP32 = 4
 
@@ -48,12 +48,20 @@ def footprints(tier: int) -> dict[str, int]:
 def work(tier: int) -> list[Work]:
     """Chapter 06's full-size GPU work (utils.time_model): the token-count pitfall (3 methods x TRAIN_STEPS steps
     of the whole batch) and the memory-vs-micro-batch table (per k: one measured and 2 + 5 timed accumulation
-    steps of the whole effective batch). The Adam experiment is a small MLP and the distributed demos run on CPU."""
+    steps of the whole effective batch). The Adam experiment is a small MLP and the distributed demos run on CPU.
+    Per k: a warm-up and a measured step (cuda_peak), then compare_timings' warm-up and 11 repeats: 14 steps, each
+    k forwards and backwards (k x the ops) and one optimizer step."""
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
     n_layer, d, seq, vocab = (2, 256, 256, 64)
     ml, md, ms, mv = (4, 512, 512, 256)
-    norm = gpt_step_flops(GPTConfig(n_layer=n_layer, d_model=d, n_head=4, seq_len=seq, vocab_size=vocab), 64)
-    mem = gpt_step_flops(GPTConfig(n_layer=ml, d_model=md, n_head=4, seq_len=ms, vocab_size=mv), 64)
-    return [Work("token-count pitfall (3 methods)", norm, 3 * pick(15, 200, size="full"), "fp32"),
-            Work("memory vs micro-batch size (5 k, 8 steps each)", mem, 5 * 8, "fp32")]
+    norm_cfg = GPTConfig(n_layer=n_layer, d_model=d, n_head=4, seq_len=seq, vocab_size=vocab)
+    mem_cfg = GPTConfig(n_layer=ml, d_model=md, n_head=4, seq_len=ms, vocab_size=mv)
+    norm, mem = gpt_step_flops(norm_cfg, 64), gpt_step_flops(mem_cfg, 64)
+    fwd_bwd = gpt_step_ops(mem_cfg, optimizer=False)
+    optimizer = gpt_step_ops(mem_cfg) - fwd_bwd
+    counts = pick((1, 2, 4, 8), (1, 2, 4, 8, 16), size="full")
+    return [Work("token-count pitfall (3 methods)", norm, 3 * pick(15, 200, size="full"), "fp32",
+                 ops=gpt_step_ops(norm_cfg))] + [
+        Work(f"memory vs micro-batch size, k = {k} (14 steps)", mem, 14, "fp32", ops=k * fwd_bwd + optimizer)
+        for k in counts]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from utils.estimate import TransformerShape, shape_of, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick, tier_budget
-from utils.time_model import Work, gpt_step_flops
+from utils.time_model import Work, gpt_step_flops, gpt_step_ops
 
 MIB = 2**20
 
@@ -87,7 +87,26 @@ def work(tier: int) -> list[Work]:
     step_batch = pick(8, {16: 4, 24: 8, 40: 8, 80: 8}, size="full", tier=tier)
     leak_batch = pick(4, {16: 1, 24: 2, 40: 2, 80: 4}, size="full", tier=tier)
     step = gpt_step_flops(cfg, step_batch)
-    return [Work("profiled training steps", step, 8, "fp32"),
-            Work("planted leaks", gpt_step_flops(cfg, leak_batch), 2 * STEPS_LEAKED + 2, "fp32"),
-            Work("largest-batch search (probes)", gpt_step_flops(cfg, 2 * step_batch), 10, "fp32"),
-            Work("out-of-memory checklist", step, 7, "fp32")]
+    ops = gpt_step_ops(cfg)
+    probes = _search_probes(SEARCH_REACH[tier])
+    return [Work("profiled training steps", step, 8, "fp32", ops=ops),
+            Work("planted leaks", gpt_step_flops(cfg, leak_batch), 2 * STEPS_LEAKED + 2, "fp32", ops=ops),
+            # each probe is one step at its batch (a failing one runs until its out-of-memory error: counted whole)
+            Work(f"largest-batch search ({len(probes)} probes up to batch {max(probes)})",
+                 gpt_step_flops(cfg, 1), sum(probes), "fp32", ops=ops * len(probes) // max(sum(probes), 1)),
+            Work("out-of-memory checklist", step, 7, "fp32", ops=ops)]
+
+
+# The batch chapter 07's search reaches under each tier's budget (issue 33: about 16 on a T4 and 128 on an H100;
+# the tiers between by the budget: fixed part about 4 GiB, about 0.43 GiB per sequence of 1,024 tokens).
+SEARCH_REACH: dict[int, int] = {16: 16, 24: 29, 40: 58, 80: 128}
+
+
+def _search_probes(best: int, limit: int = 256) -> list[int]:
+    """The batches utils.profiling.largest_fitting tries when `best` is the largest that fits (doubling from 1,
+    then bisecting)."""
+    from utils.profiling import largest_fitting
+
+    tried: list[int] = []
+    largest_fitting(lambda b: tried.append(b) or b <= best, limit=limit)
+    return tried

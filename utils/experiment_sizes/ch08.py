@@ -16,7 +16,7 @@ from __future__ import annotations
 from utils.estimate import shape_of, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
-from utils.time_model import Work, gpt_step_flops, linear_stack_flops, matmul_flops
+from utils.time_model import Work, gpt_step_flops, gpt_step_ops, linear_stack_flops, linear_stack_ops, matmul_flops
 
 
 def gpt_config(size: str | None = None) -> GPTConfig:
@@ -72,9 +72,12 @@ def work(tier: int) -> list[Work]:
     te_layer = sum(linear_stack_flops(chain, tokens) for chain in  # QKV, projection, MLP
                    ([(hidden, 3 * hidden)], [(hidden, hidden)], [(hidden, 4 * hidden), (4 * hidden, hidden)]))
     sizes = SCALED_MM_SIZES_FULL[tier]
-    works = [Work("GPT trained for its tensors", step, pick(20, 100, size="full"), "fp32"),
-             Work("BF16 autocast training", step, pick(8, 100, size="full"), "bf16"),
-             Work("torchao FP8 Linear training", step, pick(8, 100, size="full"), "fp8")]
+    ops = gpt_step_ops(gpt_config("full"))
+    works = [Work("GPT trained for its tensors", step, pick(20, 100, size="full"), "fp32", ops=ops),
+             Work("BF16 autocast training", step, pick(8, 100, size="full"), "bf16", ops=ops + ops // 4),  # casts
+             # torchao's Float8Linear adds amax, scale and cast ops around each of the 4 x n_layer + 1 matmuls
+             Work("torchao FP8 Linear training", step, pick(8, 100, size="full"), "fp8", ops=2 * ops)]
     works += [Work(f"scaled_mm and BF16 matmul at {n}", matmul_flops(n), 60, p) for n in sizes for p in ("fp8", "bf16")]
-    works += [Work(f"Transformer Engine layer, {p}", te_layer, 7, p) for p in ("bf16", "fp8")]
+    works += [Work(f"Transformer Engine layer, {p}", te_layer, 7, p, ops=linear_stack_ops(5) + 60)
+              for p in ("bf16", "fp8")]
     return works

@@ -13,7 +13,7 @@ from utils.estimate import TransformerShape
 from utils.models import GPTConfig
 from utils.plan import Choice, memory_of
 from utils.sizes import TIERS, pick
-from utils.time_model import Work, gpt_step_flops
+from utils.time_model import Work, gpt_step_flops, gpt_step_ops
 
 MARGIN = 1.5
 # The small GPT of the measured checks (quick: the lab's model; full: wider, still tiny for any GPU).
@@ -59,6 +59,9 @@ def work(tier: int) -> list[Work]:
     hf_step = gpt_step_flops(hf, _HF_BATCH[tier])
     forward = gpt_step_flops(hf, _HF_BATCH[tier], backward=False)
     small = gpt_step_flops(_FULL_GPT[tier], 8)
-    return [Work("budgeted GPT-2 run (with recomputation)", hf_step + forward, 100, "bf16"),
-            Work("unbudgeted reference step", hf_step, 2, "fp32"),
-            Work("small GPT: ledger checks and combination timings", small, 12 * 9 + 20, "fp32")]
+    ops = gpt_step_ops(hf)
+    return [Work("budgeted GPT-2 run (with recomputation)", hf_step + forward, 100, "bf16",
+                 ops=ops + gpt_step_ops(hf, backward=False)),
+            Work("unbudgeted reference step", hf_step, 2, "fp32", ops=ops),
+            Work("small GPT: ledger checks and combination timings", small, 12 * 9 + 20, "fp32",
+                 ops=gpt_step_ops(_FULL_GPT[tier]))]
