@@ -650,7 +650,7 @@ def _entries() -> dict[str, Entry]:
                                                                   _junk)}),
         "utils.widgets.snapshot_html": Entry(widgets.snapshot_html, lambda: {"result": "text"}, {}),
         "utils.verdicts.verdict": Entry(verdicts.verdict, lambda: {"name": "holds", "criterion": "x within 5%"},
-                                        {"name": _choice({"holds", "fails", "partly", "depends", "needs GPU"})}),
+                                        {"name": _choice({"holds", "fails", "partly", "depends", "needs GPU", "not measured"})}),
         "utils.verdicts.judge": Entry(verdicts.judge, lambda: {"claim_id": "C01", "criterion": "c",
                                                                "examples": [{}, {}]},
                                       {"claim_id": st.one_of(st.just("C1"), st.just("X01"), st.integers()),

@@ -44,3 +44,11 @@ def test_no_chapter_types_a_verdict(path: Path) -> None:
         if cell["cell_type"] == "code" and "run.claim(" in src:
             found = _LITERAL.findall(src)
             assert not found, f"{path.name} cell {i} types verdicts {found}: use a utils.verdicts function"
+
+
+def test_c27_says_not_measured_when_scaled_mm_fails_on_a_gpu():
+    """Issue 33, bug 8: when `_scaled_mm` raises on a GPU the claim was not measured; "depends" would judge it."""
+    from utils.verdicts.ch08 import c27
+
+    verdict = c27(None, "H100", error="RuntimeError: x")
+    assert verdict.verdict == "not measured" and "RuntimeError: x" in verdict.note

@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "results"
 CLAIMS_FILE = REPO_ROOT / "docs" / "claims.md"
 RECORD_ENV = "COURSE_RECORD"
-VERDICTS = ("holds", "fails", "partly", "depends", "needs GPU")
+VERDICTS = ("holds", "fails", "partly", "depends", "needs GPU", "not measured")
 _CHAPTER_RE = re.compile(r"^\d\d_[a-z0-9_]+$")
 
 
@@ -312,6 +312,7 @@ VERDICT_LEGEND = {
     "depends": "true under some conditions the chapter names and false under others",
     "needs GPU": "not measurable on that device (no Tensor Cores, FP8 or caching allocator); the chapter names "
                  "the cell that judges it on a GPU",
+    "not measured": "the device could measure it but the measurement failed on that run; the reason is given",
 }
 LEDGER_DIR = REPO_ROOT / "build" / "claims"
 

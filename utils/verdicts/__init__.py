@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-VERDICTS = ("holds", "fails", "partly", "depends", "needs GPU")
+VERDICTS = ("holds", "fails", "partly", "depends", "needs GPU", "not measured")
 
 
 class Judged(NamedTuple):

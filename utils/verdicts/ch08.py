@@ -36,9 +36,9 @@ def c27(best_ratio: float | None, device: str, error: str = "") -> Judged:
     check_str("device", device)
     check_str("error", error, non_empty=False)
     if best_ratio is None:
-        if error:
-            return verdict("depends", C27_CRITERION, f"the FP8 GPU ({device}) is there, but its FP8 GEMM failed "
-                           f"on this torch build: {error}")
+        if error:  # issue 33, bug 8: not "depends" (no condition makes it hold): the measurement failed
+            return verdict("not measured", C27_CRITERION, f"the FP8 GPU ({device}) is there, but torch._scaled_mm "
+                           f"failed on it, so nothing was timed: {error}")
         return verdict("needs GPU", C27_CRITERION,
                        f"{device} has no FP8 Tensor Cores: needs compute capability 8.9+ (L4, L40S, H100); chapter "
                        "08, sections 6 and 7 (cells [30] and [32]), times torch._scaled_mm against BF16 and "
