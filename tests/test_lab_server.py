@@ -24,6 +24,20 @@ def test_command_ships_the_news_setting() -> None:
     assert any("file-browser-path=/" in a for a in cmd), "the file browser must open at the repository root"
 
 
+def test_the_file_browser_hides_the_install_metadata() -> None:
+    """`make env`'s editable install leaves gpu_memory_course_utils.egg-info/ in the root: jupyter_server's own
+    ContentsManager, configured from the command line, must not list it (and still lists the course)."""
+    from jupyter_server.serverapp import ServerApp
+    from jupyter_server.services.contents.manager import ContentsManager
+
+    app = ServerApp()
+    app.parse_command_line([a for a in lab_server.command(port=8888, token="t") if a.startswith("--ContentsManager")])
+    manager = ContentsManager(config=app.config)
+    assert not manager.should_list("gpu_memory_course_utils.egg-info")
+    assert not manager.should_list("__pycache__")
+    assert manager.should_list("notebooks") and manager.should_list("my-labs")
+
+
 def test_copy_labs_never_overwrites_a_learners_copy(tmp_path: Path) -> None:
     labs, mine = tmp_path / "labs", tmp_path / "my-labs"
     labs.mkdir()

@@ -28,6 +28,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 FIRST_NOTEBOOK = "notebooks/00_setup_and_environment.ipynb"
 SETTINGS_DIR = Path(__file__).resolve().parent / "lab_settings"
 LABS_DIR, MY_LABS_DIR = REPO_ROOT / "labs", REPO_ROOT / "my-labs"
+# What the file browser does not list: jupyter_server's own defaults, and the install metadata `make env` writes into
+# the repository root (pip install -e .), which a learner has no use for.
+HIDDEN = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.egg-info")
 
 
 def command(*, port: int, token: str, root: Path = REPO_ROOT, open_browser: bool = True) -> list[str]:
@@ -40,6 +43,7 @@ def command(*, port: int, token: str, root: Path = REPO_ROOT, open_browser: bool
             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={Path(root).resolve()}",
             "--LabApp.news_url=None", f"--LabApp.app_settings_dir={SETTINGS_DIR}",
             f"--ServerApp.default_url=/lab/tree/{FIRST_NOTEBOOK}?file-browser-path=/"] \
+        + [f"--ContentsManager.hide_globs={glob}" for glob in HIDDEN] \
         + ([] if open_browser else ["--no-browser"]) + (["--allow-root"] if os.geteuid() == 0 else [])
 
 
