@@ -57,6 +57,7 @@ from utils.labs import (
     REPO_ROOT,
     Exercise,
     LabError,
+    check_imports,
     hidden_path,
     lab_exercises,
     parse_check_call,
@@ -190,24 +191,10 @@ IN_KERNEL = {
 }
 
 
-_UNSEALED = ("utils.checks.core", "utils.checks.wire", "utils.checks.protocol")
-
-
 def lab_check_imports(lab: NotebookNode) -> dict[str, list[str]]:
-    """{module: names} the lab imports from its check modules (utils.checks.X, except core, wire and protocol)."""
-    imported: dict[str, set[str]] = {}
-    for cell in lab.cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("utils.checks.") \
-                    and node.level == 0 and node.module not in _UNSEALED:
-                imported.setdefault(node.module, set()).update(a.name for a in node.names if a.name != "*")
-    return {m: sorted(n) for m, n in sorted(imported.items())}
+    """{module: names} the lab imports from its check modules: the ones the seal replaces (utils.labs.check_imports,
+    the same reading the lab generator does)."""
+    return check_imports(lab)
 
 
 def _load_runner() -> str:
