@@ -10,7 +10,7 @@ from utils.architectures import HF_CONFIGS, hf_model_on_meta, shape_of_model, tr
 from utils.estimate import estimate_memory, sdpa_attention, shape_of, transformer_activation_bytes
 from utils.measure import saved_activation_bytes
 from utils.models import GPT, GPTConfig, gpt_batch
-from utils.plan import GIB, REPORTED_GIB, Choice, plan, usable_budget
+from utils.plan import GIB, REPORTED_GIB, Choice, plan, step_moments, usable_budget
 
 LLAMA3 = shape_of_model("Llama-3-8B", 4096)
 
@@ -64,6 +64,35 @@ def test_the_math_kernels_bytes_are_measured():
     shape = shape_of(cfg)
     predicted = transformer_activation_bytes(shape, 1, attention="sdpa-math") - transformer_activation_bytes(shape, 1)
     assert math - fused == predicted == 2 * (4 * 2 * 128**2 + 2 * 4 * 128 * 64 - 4 * 2 * 128)
+
+
+@pytest.mark.parametrize(("d_model", "n_head", "seq_len", "batch"), [(64, 2, 128, 1), (64, 4, 64, 4), (128, 4, 32, 2)])
+def test_the_math_kernels_bytes_in_bf16_are_measured(d_model: int, n_head: int, seq_len: int, batch: int) -> None:
+    """In BF16 (a T4's torch.amp) the math kernel first casts q, k and v to FP32 (attention.cpp's `query_acc`, on
+    every device): measured under CPU autocast with the math backend forced against the fused kernel, at three
+    shapes, the difference is the ledger's, and a planned T4 step (Choice.capability) counts it."""
+    cfg = GPTConfig(n_layer=1, d_model=d_model, n_head=n_head, seq_len=seq_len, vocab_size=256)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    x, y = gpt_batch(cfg, batch)
+
+    def forward(backend: SDPBackend) -> int:
+        def run() -> torch.Tensor:
+            with sdpa_kernel([backend]), torch.autocast("cpu", dtype=torch.bfloat16):
+                return model(x, y)
+        return saved_activation_bytes(run)
+
+    measured = forward(SDPBackend.MATH) - forward(SDPBackend.FLASH_ATTENTION)
+    shape = shape_of(cfg)
+    predicted = (transformer_activation_bytes(shape, batch, precision="bf16-mixed", attention="sdpa-math")
+                 - transformer_activation_bytes(shape, batch, precision="bf16-mixed"))
+    assert measured == predicted
+    t4, a10g = (step_moments(shape, Choice(precision="bf16-mixed", micro_batch=batch, capability=cap))
+                for cap in ((7, 5), (8, 6)))
+    assert {m: sum(t4[m].values()) - sum(a10g[m].values()) for m in t4}["loss backward"] == measured
+    assert plan(shape, 10**9, batch, capability=(7, 5)).choice.capability == (7, 5)
+    with pytest.raises(TypeError, match="capability"):
+        Choice(capability=(7,))
 
 
 def test_traced_memory_builds_two_layers_and_equals_the_full_trace():

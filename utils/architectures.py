@@ -157,7 +157,7 @@ def parameter_tensors(arch: Architecture) -> int:
 
 
 def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: str = "bf16", *,
-                     checkpointing: bool = False, padding_mask: bool = False) -> int:
+                     checkpointing: bool = False, padding_mask: bool = False, attention: str = "sdpa") -> int:
     """Bytes autograd saves in one forward of a Hugging Face Llama-family model (Llama, Mistral, Qwen2, Mixtral)
     with SDPA attention and the loss, as counted on a CPU, for "bf16" (BF16 weights), "bf16-mixed" (FP32 weights
     under CPU autocast) or "fp32".
@@ -176,8 +176,11 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     With `padding_mask` (a batch padded to one length) the T x T mask is kept: 2 B per element (4 in FP32).
     The kernel is SDPA's on a CPU or a GPU whose flash or memory-efficient kernel takes the dtype
     (`utils.estimate.sdpa_attention` decides); where only the math kernel runs (BF16 below compute capability 8.0:
-    a T4, a V100) it also keeps the T x T probabilities, which this count does not (the course's GPT models it:
-    `transformer_activation_bytes(..., attention="sdpa-math")`; for these architectures it is not modelled yet).
+    a T4, a V100) it keeps the T x T probabilities instead of the log-sum-exp: `attention="sdpa-math"` counts what
+    torch's math kernel keeps in BF16 (`utils.estimate.transformer_activation_bytes`: FP32 probabilities,
+    4 x batch x heads x T^2, and FP32 q, k and v, here with K and V repeated to every head, 12 x n x d, where the
+    fused kernel kept BF16 q, k and v at their own widths); measured for the course's GPT, a model of it here (no
+    T4 run of these architectures is in this course).
     These are Hugging Face's unfused layers: Megatron-LM's or Transformer
     Engine's fused layers keep less (Korthikanti et al.'s 34 sbh per layer against about 1.6 x that here).
 
@@ -201,6 +204,9 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     check_choice("precision", precision, ("bf16", "bf16-mixed", "fp32"))
     check_bool("checkpointing", checkpointing)
     check_bool("padding_mask", padding_mask)
+    check_choice("attention", attention, ("sdpa", "sdpa-math"))
+    if attention == "sdpa-math" and precision == "fp32":
+        raise ValueError("attention='sdpa-math' is modelled in BF16 (the math kernel runs FP32 only where forced)")
     d, f, h, v, t, kv = arch.d_model, arch.d_ff, arch.n_head, arch.vocab_size, seq_len, arch.kv_dim
     n = batch * t
     per_token, per_kv, per_ff, mask, outside_d, rotary = {"bf16": (20, 4, 8, 2, 8, 4),
@@ -208,6 +214,8 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
                                                           "fp32": (32, 8, 16, 4, 12, 8)}[precision]
     per_layer = n * (per_token * d + per_kv * kv + per_ff * f + 8 + 4 * h)
     per_layer += mask * batch * t * t if padding_mask and arch.n_experts == 1 else 0
+    if attention == "sdpa-math":  # FP32 probabilities and q, k, v at every head, less BF16 q, k, v and the lse
+        per_layer += 4 * batch * h * t * t + 12 * n * d - 2 * n * d - 4 * n * kv - 4 * n * h
     outside = n * (outside_d * d + 4 * v + 20) + rotary * t * arch.head_dim + 4
     if arch.n_experts > 1:  # fitted to real counts with the dense terms of K and V repeated to every head: kept
         per_layer += n * {"bf16": 4, "bf16-mixed": 4, "fp32": 8}[precision] * (d - kv)

@@ -348,10 +348,13 @@ def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precisi
     by a noise tensor of the input's dtype; CUDA's fused `native_dropout` keeps a 1-byte mask instead, the
     (1 + c) of Korthikanti et al.'s 5as/h). With SDPA the CPU runs its math kernel under dropout: not modelled.
     `attention="sdpa-math"` is SDPA where only its math kernel runs (`sdpa_attention` says where: BF16 below
-    compute capability 8.0, a T4 or a V100): instead of the log-sum-exp it keeps the probabilities (c.b.h.T^2) and
-    the scaled copies of q and k that its two matmuls save (2c.n.d): torch's `_scaled_dot_product_attention_math`
-    (aten/src/ATen/native/transformers/attention.cpp). Measured on a CPU in FP32 with the math backend forced
-    (tests/test_estimate.py); a CPU's math kernel computes BF16 in FP32, CUDA's does not.
+    compute capability 8.0, a T4 or a V100): instead of the log-sum-exp it keeps the probabilities and the scaled
+    copies of q and k that its two matmuls save: torch's `_scaled_dot_product_attention_math`
+    (aten/src/ATen/native/transformers/attention.cpp, v2.13.0), which on every device first casts BF16 and FP16
+    q, k and v to FP32 (`query_acc`, unless `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`): in
+    BF16 it keeps 4.b.h.T^2 of FP32 probabilities and FP32 q, k and v (12.n.d) where the fused kernel kept their
+    BF16 originals (6.n.d), 4.b.h.T^2 + 6.n.d in all; in FP32, c.b.h.T^2 + 2c.n.d (measured at batch 1). Both
+    measured with the math backend forced on a CPU (tests/test_ledger_errors.py).
     """
     check_instance("shape", shape, TransformerShape)
     _check_choices("adamw", precision, checkpointing)
@@ -370,7 +373,8 @@ def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precisi
         per_layer = a * n * d
     else:
         per_layer = 2 * a * n * d + 4 * a * n + 14 * c * n * d + (24 * d * d if mixed else 0)
-        per_layer += {"sdpa": 4 * b * h * t, "sdpa-math": c * b * h * t * t + 2 * c * n * d,
+        math = 4 * b * h * t * t + 6 * n * d if c == 2 else c * b * h * t * t + 2 * c * n * d  # FP32 upcast in BF16
+        per_layer += {"sdpa": 4 * b * h * t, "sdpa-math": math,
                       "eager": t * t + c * b * h * t * t}[attention]
         per_layer += 2 * c * b * h * t * t if dropout > 0 else 0
     # Outside the blocks: token ids, positions, final LayerNorm, head input (and weight copy under

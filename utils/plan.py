@@ -53,7 +53,7 @@ from utils.budget import (  # noqa: F401  (re-exported: the planner's budget is 
     gpu_budget,
     usable_budget,
 )
-from utils.estimate import TransformerShape, transformer_activation_bytes
+from utils.estimate import TransformerShape, sdpa_attention, transformer_activation_bytes
 from utils.setups import SETUPS, setup_lines
 from utils.validate import check_bool, check_choice, check_instance, check_int, check_number
 
@@ -145,6 +145,9 @@ class Choice:
     sequence_parallel: bool = False  # the layers' rest (norms, their inputs) split over the t ranks too
     pipeline_stages: int = 1  # p: the layers split into p consecutive stages, one per GPU, 1F1B schedule
     pipeline_chunks: int = 1  # m > 1: the interleaved schedule, m model chunks per stage
+    # The compute capability (major, minor) of the GPU the run targets, or None (a CPU, an Apple GPU, or a GPU the
+    # plan does not name): it decides SDPA's kernel (`attention`); below 8.0 BF16 attention runs the math kernel
+    capability: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)
@@ -183,6 +186,18 @@ class Choice:
                 raise ValueError("setup names a full-training setup: it excludes lora_rank and offload")
         if (self.offload_optimizer or self.offload_parameters) and self.precision == "fp32":
             raise ValueError("offload keeps BF16 weights on the GPU: use precision 'bf16-mixed' or 'bf16'")
+        if self.capability is not None and not (
+                isinstance(self.capability, tuple) and len(self.capability) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in self.capability)):
+            raise TypeError(f"capability must be None or a (major, minor) tuple of non-negative ints, "
+                            f"got {self.capability!r}")
+
+    @property
+    def attention(self) -> str:
+        """SDPA's kernel for this run's attention ("sdpa": a fused kernel; "sdpa-math": the math kernel, which
+        keeps the T x T probabilities), from the precision the layers compute in and `capability`
+        (`utils.estimate.sdpa_attention`, read from torch's sdp_utils.cpp)."""
+        return sdpa_attention(_compute_precision(self.regime), self.capability)
 
     @property
     def regime(self) -> str:
@@ -210,6 +225,8 @@ class Choice:
                                                                if self.pipeline_chunks > 1 else " (1F1B)")
                   ] if self.pipeline_stages > 1 else []
         parts += [f"{self.sharding.upper()} over {self.n_gpus} GPUs"] if self.sharding != "none" else []
+        parts += [f"math attention (compute capability {self.capability[0]}.{self.capability[1]})"
+                  ] if self.attention == "sdpa-math" else []
         parts += ["parameters and optimizer offloaded to the host" if self.offload_parameters else
                   "optimizer offloaded to the host (ZeRO-Offload)"] if self.offload_optimizer else []
         return ", ".join(parts)
@@ -230,7 +247,7 @@ def _compute_precision(regime: str) -> str:
 
 
 def activation_terms(shape: Shape, micro_batch: int, regime: str, checkpointing: bool, *,
-                     chunk_tokens: int = 0) -> dict[str, int]:
+                     chunk_tokens: int = 0, attention: str = "sdpa") -> dict[str, int]:
     """Chapter 01's saved activations for a regime, and backward's transients, each at its largest:
     - saved: what autograd keeps until backward (a BF16 base runs its residual stream in BF16, and its logits
       are up-cast to FP32 for the loss: 2 more bytes per logit than the pure-BF16 formula counts);
@@ -245,13 +262,15 @@ def activation_terms(shape: Shape, micro_batch: int, regime: str, checkpointing:
     (tokens x vocabulary x 4 B leave the saved line) and backward holds one chunk's recomputed logits and their
     gradients (`CHUNK_LOSS_TENSORS` x chunk x vocabulary x 4 B, and the hidden states' FP32 gradient) instead.
     A real architecture (ArchitectureShape) saves `utils.architectures.activation_bytes` (Hugging Face's loss keeps
-    FP32 log-probabilities in every regime: nothing to add), and autocast copies its layers' `cast_parameters`."""
+    FP32 log-probabilities in every regime: nothing to add), and autocast copies its layers' `cast_parameters`.
+    `attention` is SDPA's kernel (`Choice.attention`): "sdpa-math" adds the math kernel's probabilities."""
     check_instance("shape", shape, SHAPES)
     check_int("micro_batch", micro_batch, minimum=1)
     check_bool("checkpointing", checkpointing)
     check_int("chunk_tokens", chunk_tokens, minimum=0)
     check_choice("regime", regime, ("fp32", "bf16-mixed", "bf16", "offload", "bf16-base", "nf4-base"))
-    timeline = _activation_timeline(shape, micro_batch, regime, checkpointing, chunk_tokens)
+    check_choice("attention", attention, ("sdpa", "sdpa-math"))
+    timeline = _activation_timeline(shape, micro_batch, regime, checkpointing, chunk_tokens, attention)
     return {k: timeline[k] for k in ("saved activations", "recomputed block", "logits gradient (FP32)")} | {
         "autocast weight cache": timeline["autocast copies"]}
 
@@ -264,7 +283,7 @@ CHUNK_LOSS_TENSORS = 3.25
 
 
 def _activation_timeline(shape: Shape, micro_batch: int, regime: str, checkpointing: bool,
-                         chunk_tokens: int) -> dict[str, int]:
+                         chunk_tokens: int, attention: str = "sdpa") -> dict[str, int]:
     """activation_terms' lines and what `step_moments` needs besides: the saved FP32 log-probabilities, one layer's
     saved bytes, and the loss's forward transient (the FP32 logits, and the BF16 logits they are cast from)."""
     precision = _compute_precision(regime)
@@ -272,21 +291,22 @@ def _activation_timeline(shape: Shape, micro_batch: int, regime: str, checkpoint
     tokens_x_vocab = tokens * shape.vocab_size
     if isinstance(shape, ArchitectureShape):
         arch, t = shape.arch, shape.seq_len
-        saved = activation_bytes(arch, micro_batch, t, precision, checkpointing=checkpointing)
-        per_block = (activation_bytes(replace(arch, n_layer=2), micro_batch, t, precision)
-                     - activation_bytes(replace(arch, n_layer=1), micro_batch, t, precision))
-        layer = (activation_bytes(replace(arch, n_layer=2), micro_batch, t, precision, checkpointing=checkpointing)
-                 - activation_bytes(replace(arch, n_layer=1), micro_batch, t, precision, checkpointing=checkpointing))
+        saved = activation_bytes(arch, micro_batch, t, precision, checkpointing=checkpointing, attention=attention)
+        per_block, layer = (activation_bytes(replace(arch, n_layer=2), micro_batch, t, precision, checkpointing=ck,
+                                             attention=attention)
+                            - activation_bytes(replace(arch, n_layer=1), micro_batch, t, precision, checkpointing=ck,
+                                               attention=attention) for ck in (False, checkpointing))
         cast_per_block = shape.cast_parameters
     else:
-        saved = transformer_activation_bytes(shape, micro_batch, precision=precision, checkpointing=checkpointing)
+        saved = transformer_activation_bytes(shape, micro_batch, precision=precision, checkpointing=checkpointing,
+                                             attention=attention)
         if precision == "bf16":
             saved += 2 * tokens_x_vocab  # FP32 logits for the loss instead of BF16 ones
         one, two = replace(shape, n_layer=1), replace(shape, n_layer=2)
-        per_block = (transformer_activation_bytes(two, micro_batch, precision=precision)
-                     - transformer_activation_bytes(one, micro_batch, precision=precision))
-        layer = (transformer_activation_bytes(two, micro_batch, precision=precision, checkpointing=checkpointing)
-                 - transformer_activation_bytes(one, micro_batch, precision=precision, checkpointing=checkpointing))
+        per_block, layer = (transformer_activation_bytes(two, micro_batch, precision=precision, checkpointing=ck,
+                                                         attention=attention)
+                            - transformer_activation_bytes(one, micro_batch, precision=precision, checkpointing=ck,
+                                                           attention=attention) for ck in (False, checkpointing))
         cast_per_block = 12 * shape.d_model**2 + 9 * shape.d_model
     logprobs, loss_backward = 4 * tokens_x_vocab, 2 * 4 * tokens_x_vocab
     loss_forward = (4 if precision == "fp32" else 6) * tokens_x_vocab
@@ -434,8 +454,9 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         weights /= n_gpus  # line already is the blocks in use, gathered: they are not counted twice)
         gathered = 2 * 2 * block  # the all-gathered block and the prefetched next one, in BF16
     acts = activation_terms(shape, choice.micro_batch, regime, choice.checkpointing,
-                            chunk_tokens=choice.chunked_loss)
-    timeline = _activation_timeline(shape, choice.micro_batch, regime, choice.checkpointing, choice.chunked_loss)
+                            chunk_tokens=choice.chunked_loss, attention=choice.attention)
+    timeline = _activation_timeline(shape, choice.micro_batch, regime, choice.checkpointing, choice.chunked_loss,
+                                    choice.attention)
     copies = 0 if choice.sharding == "zero3" else timeline["autocast copies"]  # FSDP2 gathers BF16 weights itself
     # Gradients alive when the last micro-batch's backward starts: the earlier micro-batches' (accumulated in
     # place), or a persistent shard; those born during backward: the head's first, then every layer's.
@@ -627,7 +648,8 @@ def model_parallel_terms(shape: Shape, choice: Choice, parts: dict[str, int]) ->
         raise ValueError(f"pipeline_stages x pipeline_chunks ({p} x {m}) must divide the {layers} layers")
     precision = _compute_precision(choice.regime)
     one, two = (activation_terms(_with_layers(shape, k), mb, choice.regime, choice.checkpointing,
-                                 chunk_tokens=choice.chunked_loss)["saved activations"] for k in (1, 2))
+                                 chunk_tokens=choice.chunked_loss, attention=choice.attention)["saved activations"]
+                for k in (1, 2))
     per_layer = two - one
     outside = parts["saved activations"] - layers * per_layer
     replicated = replicated_layer_bytes(shape, mb, precision)
@@ -812,7 +834,7 @@ def _largest_micro_batch(shape: Shape, choice: Choice, budget: int, effective: i
 def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int = 1,
          allow_lora: bool = True, lora_rank: int = 16, allow_offload: bool = True,
          host_bytes: int | None = None, chunked_loss: int = 0, tensor_parallel: int = 1,
-         pipeline_stages: int = 1) -> Plan:
+         pipeline_stages: int = 1, capability: tuple[int, int] | None = None) -> Plan:
     """The least intrusive configuration that fits `budget_bytes` per GPU (use `usable_budget` for a GPU), with the
     reasoning of each step. `effective_batch` is the sequences each GPU trains per optimizer step (micro-batch x
     accumulation); with data parallelism over `n_gpus` the global batch is n_gpus times it. Order: BF16 mixed
@@ -824,7 +846,8 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
     `chunked_loss` > 0 the plan tries a chunked linear-cross-entropy of that many tokens per chunk right after
     checkpointing (0: not offered). `tensor_parallel` and `pipeline_stages` fix a model-parallel layout for every
     step (`n_gpus` data-parallel replicas of t x p GPUs each); offload is then not tried (this ledger does not model
-    it with them)."""
+    it with them). `capability` is the target GPU's compute capability (`Choice.capability`): below 8.0 (a T4, a
+    V100) the BF16 steps count SDPA's math kernel, which keeps the attention probabilities."""
     check_instance("shape", shape, SHAPES)
     check_int("budget_bytes", budget_bytes, minimum=1)
     check_int("effective_batch", effective_batch, minimum=1)
@@ -874,7 +897,7 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
         return note(f"the largest micro-batch that fits: {best.micro_batch} x {best.accumulation} accumulation", best)
 
     choice = Choice(micro_batch=effective_batch, n_gpus=n_gpus, tensor_parallel=tensor_parallel,
-                    pipeline_stages=pipeline_stages)
+                    pipeline_stages=pipeline_stages, capability=capability)
     current = note("full fine-tuning in FP32, whole batch at once", choice)
     if current.fits:
         return current
