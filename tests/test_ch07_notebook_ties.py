@@ -28,9 +28,9 @@ from utils.quiet import native_stderr_silenced
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "07_memory_profiling.ipynb"
 NAMES = ("gc_tensors", "live_tensors", "graph_held_bytes", "run_oom_safe", "largest_fitting", "frame_label",
-         "allocator_block", "fragmentation_sequence", "run_on_model", "fragmentation_figures", "split_then_big",
-         "allocator_story", "allocator_picture", "growing_transients", "snapshot_on_oom", "read_oom_snapshot",
-         "memory_timeline", "probe")
+         "allocator_block", "should_split", "fragmentation_sequence", "run_on_model", "fragmentation_figures",
+         "split_then_big", "allocator_story", "allocator_picture", "growing_transients", "snapshot_on_oom",
+         "read_oom_snapshot", "memory_timeline", "probe")
 CONSTANTS = ("OOM_TEXTS", "TORCH_DIR", "MIN_BLOCK", "SMALL_SIZE", "SMALL_SEGMENT", "MIN_LARGE_ALLOC", "LARGE_SEGMENT",
              "ROUND_LARGE", "FRAGMENT", "ALLOC_CONF_VARIABLES", "MODEL", "GPU_BYTES", "oom_snapshot")
 
@@ -264,7 +264,8 @@ def test_child_sets_every_allocator_variable(monkeypatch):
     namespace = {"sizes": sizes, "os": os, "sys": __import__("sys"), "subprocess": subprocess, "MiB": 2**20,
                  "info": types.SimpleNamespace(is_cuda=True), "show_table": lambda rows, headers: None,
                  "run": types.SimpleNamespace(figure=lambda *a, **k: None), "GPU_BYTES": 16 * 2**30, "MODEL": "model",
-                 "CachingAllocatorModel": CachingAllocatorModel, "show_gpu_reference": lambda figure: None}
+                 "CachingAllocatorModel": CachingAllocatorModel, "show_gpu_reference": lambda figure: None,
+                 "should_split": lambda *a: False}
     exec(compile(source, "fragment", "exec"), namespace)  # noqa: S102
     assert [(e["PYTORCH_ALLOC_CONF"], e["PYTORCH_CUDA_ALLOC_CONF"]) for e in envs] == [
         ("", ""), ("expandable_segments:True", "expandable_segments:True")]
@@ -313,7 +314,7 @@ def test_fragmentation_child_failure_is_one_line(monkeypatch, capsys):
                  "run": types.SimpleNamespace(figure=lambda *a, **k: None), "GPU_BYTES": 16 * 2**30, "MODEL": "model",
                  "CachingAllocatorModel": CachingAllocatorModel, "show_gpu_reference": lambda figure: None}
     rules = [n for n in ast.parse(_cell_defining("allocator_block")).body
-             if (isinstance(n, ast.FunctionDef) and n.name == "allocator_block")
+             if (isinstance(n, ast.FunctionDef) and n.name in ("allocator_block", "should_split"))
              or (isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id in CONSTANTS for t in n.targets))]
     exec(compile(ast.Module(body=rules, type_ignores=[]), "rules", "exec"), namespace)  # noqa: S102
     exec(compile(source, "fragment", "exec"), namespace)  # noqa: S102
@@ -370,3 +371,27 @@ def test_memory_fraction_is_always_reset_in_the_notebook():
             finals = [ast.unparse(s) for t in ast.walk(tree) if isinstance(t, ast.Try) for s in t.finalbody]
             assert any("set_per_process_memory_fraction(in_force)" in f for f in finals), source[:80]
             assert "in_force = memory_fraction_in_force()" in source, source[:80]
+
+
+class _Block:
+    def __init__(self, size: int, small: bool) -> None:
+        self.size, self.small = size, small
+
+
+@pytest.mark.parametrize("conf", [{}, {"max_split_size_mb": 200}, {"expandable_segments": True}])
+def test_the_notebooks_split_rule_is_the_models(nb, conf: dict) -> None:
+    """Issue 36, item 1: the notebook writes `should_split` as CUDACachingAllocator.cpp has it; the packaged model,
+    which produces the chapter's allocator figures, must follow the same rule on every pool, size and setting."""
+    MiB = 2**20
+    model = CachingAllocatorModel(2**34, **conf)
+    max_split = conf["max_split_size_mb"] * MiB if "max_split_size_mb" in conf else float("inf")
+    sizes_ = [512, 1024, MiB - 512, MiB, MiB + 512, 3 * MiB // 2, 2 * MiB, 5 * MiB // 2, 10 * MiB, 20 * MiB,
+              250 * MiB, 600 * MiB]
+    for block in sizes_:
+        for request in (r for r in sizes_ if r <= block):
+            pool = "small" if block <= MiB else "large"
+            ours = nb.should_split(pool, block, request, max_split, conf.get("expandable_segments", False))
+            assert ours == model._should_split(_Block(block, pool == "small"), request), (pool, block, request)
+    # the reading's case: a 2.5 MiB free block taken by a 1.5 MiB survivor keeps its 1 MiB remainder
+    assert not nb.should_split("large", 5 * MiB // 2, 3 * MiB // 2)
+    assert nb.should_split("large", 12 * MiB, 3 * MiB // 2)

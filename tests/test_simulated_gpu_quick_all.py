@@ -16,9 +16,6 @@ pytestmark = pytest.mark.skipif(not os.environ.get("COURSE_SIM_QUICK_ALL"),
 
 KNOWN: dict[tuple[str, str], str] = {
     **{("09", p): QUICK_KNOWN_FAILURES["09"] for p in ("a10g", "h100", "mps")},
-    ("01", "mps"): "issue 33 finding for the estimator: on an Apple GPU torch 2.13 runs SDPA as "
-                   "_scaled_dot_product_attention_math_for_mps, which keeps the L x S attention weights for backward; "
-                   "the estimator traces the CPU's flash kernel, so validate() is more than 1% under on MPS",
 }
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from utils.budget import gpu_budget
@@ -183,9 +184,12 @@ def estimate_memory(model: nn.Module, example_inputs: Sequence[Any] | torch.Tens
                     loss_fn: Callable[[Any], torch.Tensor] | None = None) -> MemoryEstimate:
     """Estimate one training step's memory by tracing it on fake tensors (no real memory is used).
 
-    `model` may live on the CPU or the meta device; `example_inputs` are the forward's positional inputs
-    (real or meta tensors; only shapes, strides and dtypes matter). A model that returns a scalar is taken to
+    `model` may live on the CPU, an Apple GPU or the meta device; `example_inputs` are the forward's positional
+    inputs (real or meta tensors; only shapes, strides and dtypes matter). A model that returns a scalar is taken to
     return its loss; otherwise `loss_fn(output)` (default: a sum) gives it. The model is left unchanged.
+    A model on an Apple GPU is traced with SDPA's math kernel, the one it trains with (attention.cpp, v2.13.0:
+    the MPS kernel `_scaled_dot_product_attention_math_for_mps` runs only when no input needs a gradient), which
+    keeps the attention probabilities for backward.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -207,7 +211,9 @@ def estimate_memory(model: nn.Module, example_inputs: Sequence[Any] | torch.Tens
     states = sum(p.numel() for p in trainable) * state_bytes_per_element(optimizer, precision)
     states += STEP_COUNTER_BYTES * len(trainable) if optimizer in ("adam", "adamw") else 0
 
-    with FakeTensorMode(allow_non_fake_inputs=True), _fake_state(model, p_dtype) as fakes:
+    on_mps = any(p.device.type == "mps" for p in all_params)
+    kernel = sdpa_kernel([SDPBackend.MATH]) if on_mps else nullcontext()
+    with kernel, FakeTensorMode(allow_non_fake_inputs=True), _fake_state(model, p_dtype) as fakes:
         inputs = [_fake_input_like(x, p_dtype if precision == "bf16" and x.is_floating_point() else None)
                   for x in example_inputs]
         opt = make_optimizer(optimizer, model.parameters())
@@ -388,9 +394,10 @@ def sdpa_attention(precision: str, capability: tuple[int, int] | None = None) ->
     """Which of `transformer_activation_bytes`' SDPA kernels torch runs for the GPT's attention: "sdpa" (a fused
     kernel that keeps a log-sum-exp per head and token: the CPU's flash kernel, CUDA's flash kernel from compute
     capability 8.0 in FP16/BF16, or its memory-efficient kernel, which takes FP32 and FP16 from 5.0 and BF16 only
-    from 8.0) or "sdpa-math" (BF16 on a GPU below 8.0: the math kernel). `capability` None is a CPU (or MPS).
+    from 8.0) or "sdpa-math" (BF16 on a GPU below 8.0: the math kernel). `capability` None is a CPU.
     Source: torch's aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (`check_sm_version`,
-    `check_tensor_dtype`: flash needs sm80+, mem-efficient lists BF16 only for sm80+)."""
+    `check_tensor_dtype`: flash needs sm80+, mem-efficient lists BF16 only for sm80+). An Apple GPU trains with the
+    math kernel (`estimate_memory` traces a model on MPS so); this function answers for CUDA GPUs and the CPU."""
     check_choice("precision", precision, PRECISIONS)
     if capability is None:
         return "sdpa"
