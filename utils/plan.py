@@ -1100,7 +1100,8 @@ def plan_figure(p: Plan, title: str = "") -> Any:
     zoom = 2.5 * budget
     largest = max(sum(parts.values()) for _, parts in steps) / GIB
     panels = [("full", 1.05 * largest), ("zoom", zoom)] if largest > zoom else [("zoom", zoom)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(9 if len(panels) == 1 else 11, 1.6 + 0.45 * len(steps)),
+    # compact: beside its controls, with its printed lines and cost table, it fits a 900-pixel-high window
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 if len(panels) == 1 else 8, 1.4 + 0.3 * len(steps)),
                              sharey=True, squeeze=False)
     for ax, (kind, limit) in zip(axes[0], panels, strict=True):
         for row, (_, parts) in enumerate(steps):
