@@ -1116,8 +1116,8 @@ def plan_figure(p: Plan, title: str = "") -> Any:
                         bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
         ax.axvline(budget, color="black", linestyle="--", linewidth=1.2)
         ax.set_xlim(0, limit)
-        ax.set_xlabel(f"GiB per GPU, full scale (dashed: usable budget {budget:.1f} GiB)" if kind == "full" else
-                      f"GiB per GPU, zoomed to 2.5 x the budget ({budget:.1f} GiB)" if len(panels) > 1 else
+        ax.set_xlabel(f"GiB per GPU, full scale\n(dashed: usable budget {budget:.1f} GiB)" if kind == "full" else
+                      f"GiB per GPU, zoomed to\n2.5 x the budget ({budget:.1f} GiB)" if len(panels) > 1 else
                       f"GiB per GPU (dashed: usable budget {budget:.1f} GiB)", fontsize=8 if len(panels) > 1 else 10)
     first = axes[0][0]
     first.set_yticks(range(len(steps)), [_short(r) for r, _ in steps], fontsize=8)
