@@ -87,3 +87,13 @@ def test_chapter_10s_readings(ch10):
     assert f"({share}% of a Llama-2-70B layer" in prose and kept == "0.333" and "keeps a third of it" in prose
     held = re.findall(r"the first stage holds (\d+) of Llama-2-70B's 80 layers", out)
     assert held == ["80", "80", "110"] and "holds 110 (80 x 1.375)" in prose
+
+
+@pytest.mark.parametrize("name", ["09_capstone_fit_a_model.ipynb", "10_beyond_one_gpu.ipynb"])
+def test_each_capstone_chapter_is_at_most_6000_words_of_prose(name):
+    """Issue 36: the 10,000-word capstone split in two, each at most 6,000 words of Markdown (the hosted header and
+    the closing links aside)."""
+    cells = json.loads((ROOT / name).read_text(encoding="utf-8"))["cells"]
+    words = sum(len("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown"
+                and not {"hosted-header", "navigation"} & set(c.get("metadata", {}).get("course", {})))
+    assert 2000 < words <= 6000, words
