@@ -41,6 +41,8 @@ def test_the_solution_passes_public_and_held_out_cases(solution, hidden):
     assert _status(ch10.check_pipeline_stage(solution["pipeline_stage"])) == "passed"
     assert _status(ch10.check_params_per_rank(solution["params_per_rank"])) == "passed"
     assert _status(ch10.check_layout(solution["choose_layout"])) == "passed"
+    assert _status(ch10.check_zero_traffic(solution["zero_traffic"])) == "passed"
+    hidden["10.4"](solution["zero_traffic"])
     hidden["10.1"](solution["pipeline_stage"])
     hidden["10.2"](solution["params_per_rank"])
     hidden["10.3"](solution["choose_layout"])
@@ -93,3 +95,23 @@ def test_layout_mistakes_fail(monkeypatch):
 
     for wrong in (widest, deep_pipeline, ch10.reference_layout, lambda *a: None):
         assert _status(ch10.check_layout(wrong)) != "passed", wrong
+
+
+def test_each_of_the_colleagues_three_zero_traffic_mistakes_fails(monkeypatch, solution):
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)  # failing verdicts are what this test wants
+    fixed = solution["zero_traffic"]
+
+    def colleague(n, size, stage, gpus, micro):  # the lab's script as handed out
+        return 3 * n * size if stage == 3 else 2 * n * size
+
+    def no_ring(n, size, stage, gpus, micro):
+        return fixed(n, size, stage, gpus, micro) * gpus / (gpus - 1) if gpus > 1 else 2 * n * size
+
+    def zero2_once(n, size, stage, gpus, micro):
+        return fixed(n, size, 0 if stage == 2 else stage, gpus, micro)
+
+    def zero3_once(n, size, stage, gpus, micro):
+        return fixed(n, size, stage, gpus, 1 if stage == 3 else micro)
+
+    for wrong in (colleague, no_ring, zero2_once, zero3_once, ch10.reference_zero_traffic, lambda *a: None):
+        assert _status(ch10.check_zero_traffic(wrong)) != "passed", wrong

@@ -3,13 +3,14 @@
 Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure: other
 layer sizes, depths, stages and micro-batches (fewer micro-batches than stages; one stage) for the pipeline, other
 grouped-query shapes and refused degrees for the layer split, and other models, GPU counts, budgets and micro-batches
-(one where nothing fits) for the layout, so that an answer tuned to the public cases fails.
+(one where nothing fits) for the layout, other sizes, GPU counts and stages for ZeRO's traffic, so that an answer
+tuned to the public cases fails.
 """
 
 from __future__ import annotations
 
 from utils.budget import REPORTED_GIB, usable_budget
-from utils.checks.ch10 import GIB, expect_layout, expect_params_per_rank, expect_pipeline_stage
+from utils.checks.ch10 import GIB, expect_layout, expect_params_per_rank, expect_pipeline_stage, expect_zero_traffic
 
 
 def pipeline_cases(pipeline_stage) -> None:
@@ -35,4 +36,11 @@ def layout_cases(choose_layout) -> None:
                                   ("Llama-3-8B", 8, budget["T4 (16 GB)"], 16)])
 
 
-HIDDEN = {"10.1": pipeline_cases, "10.2": params_cases, "10.3": layout_cases}
+def zero_traffic_cases(zero_traffic) -> None:
+    """Other sizes, odd GPU counts, BF16 gradients, one micro-batch for every stage, stage 1 with accumulation."""
+    expect_zero_traffic(zero_traffic, [
+        (70_000_000_000, 2, 3, 512, 32), (13_000_000_000, 4, 2, 3, 1), (13_000_000_000, 4, 3, 3, 1),
+        (999_999_937, 2, 1, 7, 64), (125_000_000, 4, 0, 64, 8), (125_000_000, 4, 2, 1, 8)])
+
+
+HIDDEN = {"10.1": pipeline_cases, "10.2": params_cases, "10.3": layout_cases, "10.4": zero_traffic_cases}

@@ -178,3 +178,39 @@ def check_layout(choose_layout: Callable[..., Any]) -> Verdict:
     budget = usable_budget(int(REPORTED_GIB[LAB_GPU] * GIB))
     return run_check("10.3", lambda: expect_layout(choose_layout, [(LAB_MODEL, LAB_GPUS, budget, LAB_MICRO)]),
                      points=2)
+
+
+# 10.4 ------------------------------------------------------------------------------------------------------------
+def reference_zero_traffic(n_params: int, grad_bytes: int, stage: int, n_gpus: int, micro_batches: int) -> float:
+    """Reference for 10.4: bytes one GPU sends per optimizer step with ring collectives ((N - 1)/N of the data each
+    way), every collective at the gradients' width: DDP and ZeRO-1 keep full gradients through accumulation and
+    all-reduce once (2 (N - 1)/N G); ZeRO-2 reduce-scatters after every micro-batch and all-gathers the updated
+    weights once ((m + 1) (N - 1)/N G); ZeRO-3 also gathers the weights in forward and backward of every micro-batch
+    (3 m (N - 1)/N G). G = n_params x grad_bytes; one GPU moves nothing."""
+    if n_gpus == 1:
+        return 0.0
+    ring, g = (n_gpus - 1) / n_gpus, n_params * grad_bytes
+    if stage == 3:
+        return 3 * micro_batches * ring * g
+    if stage == 2:
+        return (micro_batches + 1) * ring * g
+    return 2 * ring * g
+
+
+def expect_zero_traffic(fn: Callable[..., Any], cases: Sequence[tuple[int, int, int, int, int]]) -> None:
+    fn = guarded(fn, reference_zero_traffic, utils.plan.costs)
+    for case in cases:
+        expected = reference_zero_traffic(*case)
+        got = _number(fn(*case), "a number of bytes")
+        if abs(got - expected) > 1e-9 * expected + 1:
+            n, size, stage, gpus, micro = case
+            raise CheckFailed(f"{expected:,.0f} B per GPU per step ({n:,} parameters, {size} B gradients, "
+                              f"ZeRO-{stage}, {gpus} GPUs, {micro} micro-batches)", f"{got:,.0f} B",
+                              "which stages can wait for the last micro-batch, and what does a ring collective send?")
+
+
+def check_zero_traffic(zero_traffic: Callable[..., Any]) -> Verdict:
+    """Exercise 10.4: a colleague's count of ZeRO's communication per optimizer step, fixed."""
+    return run_check("10.4", lambda: expect_zero_traffic(zero_traffic, [
+        (7_000_000_000, 4, 0, 8, 16), (7_000_000_000, 4, 2, 8, 16), (7_000_000_000, 2, 3, 8, 4),
+        (1_000_000, 4, 1, 2, 1), (1_000_000, 4, 3, 1, 8)]), points=1)
