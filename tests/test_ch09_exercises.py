@@ -1,4 +1,5 @@
-"""Chapter 09's exercise answers follow from the same calls the widget makes."""
+"""Chapter 09's exercise answers follow from the same calls the widget makes (its multi-GPU exercises are chapter
+10's: tests/test_ch10_exercises.py)."""
 import json
 from pathlib import Path
 
@@ -10,24 +11,23 @@ GIB = 2**30
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "09_capstone_fit_a_model.ipynb"
 
 
-def _exercise_one(n_gpus: int):
-    """The widget's call for exercise 1: Llama-3-8B at 4,096 tokens, an A10G, effective batch 32, the chunked loss,
-    LoRA and offload disallowed."""
-    return plan(shape_of_model("Llama-3-8B", 4096), usable_budget(int(REPORTED_GIB["A10G (24 GB)"] * GIB)), 32,
-                n_gpus=n_gpus, allow_lora=False, allow_offload=False, host_bytes=128 * GIB, chunked_loss=1024)
-
-
-def test_exercise_one_answer_is_the_fewest_gpus_the_widget_fits():
-    fewest = next(n for n in range(1, 65) if _exercise_one(n).fits)
-    p = _exercise_one(fewest)
-    assert p.choice.sharding == "zero3" and p.choice.optimizer == "adamw8bit"
+def _answer(start: str) -> str:
     cells = json.loads(NOTEBOOK.read_text())["cells"]
-    text = next(src for src in ("".join(c["source"]) for c in cells) if "With the widget: Llama-3-8B" in src)
-    answer = text[text.index("With the widget: Llama-3-8B"):].split("*(Answer:", 1)[1].split(")*", 1)[0]
-    assert answer.strip().startswith(f"{fewest} GPUs")
-    assert f"{p.choice.micro_batch} x {p.choice.accumulation}" in answer
-    assert f"{p.total / GIB:.1f} GiB" in answer
-    assert not _exercise_one(fewest - 1).fits and f"{_exercise_one(fewest - 1).total / GIB:.1f} GiB" in answer
+    text = next(src for src in ("".join(c["source"]) for c in cells) if start in src)
+    return text[text.index(start):].split("*(Answer:", 1)[1].split(")*", 1)[0]
+
+
+def test_exercise_four_host_ram_below_the_offload_ledger_hands_the_plan_to_lora():
+    """Exercise 4: Llama-3-8B on an A10G stops planning to offload below the 121 GiB its host ledger needs."""
+    def at(host_gib: int):
+        return plan(shape_of_model("Llama-3-8B", 4096), usable_budget(int(REPORTED_GIB["A10G (24 GB)"] * GIB)), 32,
+                    host_bytes=host_gib * GIB, chunked_loss=1024)
+    answer = _answer("at which host RAM does Llama-3-8B")
+    with_offload, without = at(128), at(64)
+    assert with_offload.choice.offload_optimizer and round(with_offload.host_total / GIB) == 121
+    assert f"the {round(with_offload.host_total / GIB)} GiB" in answer and "64 GiB" in answer
+    assert not without.choice.offload_optimizer and without.choice.lora_rank == 16
+    assert not without.choice.quantize_base and "LoRA rank 16 on a frozen BF16 base" in answer
 
 
 def test_a_small_models_plan_steps_are_in_a_unit_that_shows_them():

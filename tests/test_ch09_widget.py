@@ -48,7 +48,7 @@ CASES = [(m, g) for m in MODELS for g in ("T4 (16 GB)", "A100 (80 GB)")] + \
 def test_the_widget_plans_every_model(plan_report, model, gpu, capsys):
     report, offered = plan_report
     assert offered == MODELS
-    fig = report(model, 4096, gpu, 32, 1, 128, True, True, True)
+    fig = report(model, 4096, gpu, 32, 128, True, True, True)
     plt.close(fig)
     out = capsys.readouterr().out
     assert "| cost" in out and "GiB per GPU" in out
@@ -58,7 +58,7 @@ def test_the_widget_plans_every_model(plan_report, model, gpu, capsys):
 def test_the_widgets_first_picture_is_llama_3_8b_fitting_by_offload(plan_report, capsys):
     """What section 7's prose reads from the panel's first output."""
     report, _ = plan_report
-    fig = report("Llama-3-8B", 4096, "A10G (24 GB)", 32, 1, 128, True, True, True)
+    fig = report("Llama-3-8B", 4096, "A10G (24 GB)", 32, 128, True, True, True)
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     plt.close(fig)
     assert labels[-2].startswith("+ optimizer offload") and "+ chunked linear-cross-entropy" in labels
@@ -85,9 +85,9 @@ def test_qloras_claim_a_70b_fine_tunes_on_one_48_gb_gpu(gpu):
 
 def test_host_ram_changes_the_plan(plan_report, capsys):
     report, _ = plan_report
-    plt.close(report("Llama-3-8B", 4096, "A10G (24 GB)", 32, 1, 16, True, False, True))
+    plt.close(report("Llama-3-8B", 4096, "A10G (24 GB)", 32, 16, True, False, True))
     small = capsys.readouterr().out
-    plt.close(report("Llama-3-8B", 4096, "A10G (24 GB)", 32, 1, 256, True, False, True))
+    plt.close(report("Llama-3-8B", 4096, "A10G (24 GB)", 32, 256, True, False, True))
     large = capsys.readouterr().out
     assert "offload skipped" in small and "host RAM" in small
     assert "offload skipped" not in large and "host RAM:" in large
@@ -108,3 +108,27 @@ def test_plan_figure_one_bar_per_step_and_the_budget_as_printed():
     assert headers == ["cost", "per optimizer step"] and len(rows) == 4
     with pytest.raises(TypeError, match="p"):
         plan_figure("plan")
+
+
+def test_the_panel_and_its_figure_are_seen_together_in_a_1400_x_900_window(plan_report):
+    """Issue 37 item 5: the controls stand beside the output, and the first picture with its printed lines and cost
+    table fits under the panel's title in a 900-pixel-high window (JupyterLab's inline figures at 100 dpi)."""
+    from utils.widgets import Panel
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and "def plan_report" in c.source)
+    assert "beside=True" in source and '"gpus"' not in source  # one GPU: the multi-GPU panel is chapter 10's
+    report, _ = plan_report
+    fig = report("Llama-3-8B", 4096, "A10G (24 GB)", 32, 128, True, True, True)
+    width, height = fig.get_size_inches() * 100
+    plt.close(fig)
+    lines_and_table = 4 * 22 + 7 * 30  # the printed lines and the 6-row cost table, about 30 px a row
+    assert height + lines_and_table < 900 - 180  # JupyterLab's bars, the panel's title and the cell's margins
+    assert 270 + width < 1400 - 300  # the controls' column beside the figure, with the file browser open
+    panel = Panel(lambda n: str(n), {"n": __import__("utils.widgets", fromlist=["slider"]).slider(2, 1, 3)},
+                  beside=True)
+    row = panel.widget.children[-1]
+    assert type(row).__name__ == "HBox" and row.children[-1] is panel.output
+    assert panel.controls["n"] in row.children[0].children
+    with pytest.raises(TypeError, match="beside"):
+        Panel(lambda n: n, {"n": __import__("utils.widgets", fromlist=["slider"]).slider(2, 1, 3)}, beside="yes")

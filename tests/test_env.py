@@ -89,8 +89,10 @@ def test_chapter_support():
     assert chapter_support("08", (9, 0), te_available=True) == "native"
     assert "Transformer Engine not importable" in chapter_support("08", (9, 0), te_available=False)
     assert chapter_support("05", (9, 0)) == "native"
+    assert chapter_support("10", None) == "CPU: the ledger's bytes exact; FSDP2 on 2 gloo processes"
+    assert chapter_support("10", (7, 5)) == "native"  # arithmetic and CPU processes: nothing a T4 lacks
     with pytest.raises(ValueError, match="chapter"):
-        chapter_support("10", None)
+        chapter_support("11", None)
 
 
 def test_readme_support_matrix_is_computed():

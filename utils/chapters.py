@@ -31,7 +31,8 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("06", "gradient_accumulation", "Gradient accumulation"),
     Chapter("07", "memory_profiling", "Memory profiling"),
     Chapter("08", "fp8_transformer_engine", "FP8 and Transformer Engine"),
-    Chapter("09", "capstone_fit_a_model", "Capstone: fit a model"),
+    Chapter("09", "capstone_fit_a_model", "Fit a model on one GPU"),
+    Chapter("10", "beyond_one_gpu", "Beyond one GPU"),
 )
 
 # Well-known GPUs of workshop hosts: (name, compute capability, memory in GB as sold).
@@ -61,12 +62,13 @@ MPS_NOTES = {
     "07": "torch.profiler timeline and torch.mps counters; no CUDA allocator views (snapshot, memory_stats)",
     "08": "no FP8 on MPS: FP8 emulated with torch float8 dtypes on the CPU",
     "09": "byte budget checked with the estimator; peaks with MemTracker",
+    "10": "the ledger's bytes exact; FSDP2 on 2 gloo processes (CPU)",
 }
 
 
 def chapter_support(chapter: str, capability: tuple[int, int] | None, te_available: bool | None = None, *,
                     device: str | None = None) -> str:
-    """How chapter `chapter` ("00".."09") runs at `capability` (None: no CUDA GPU).
+    """How chapter `chapter` ("00".."10") runs at `capability` (None: no CUDA GPU).
 
     Returns "native", or "partial: <what is missing and why>", or "CPU: <what is measured instead>",
     or "MPS: <what runs on an Apple GPU>" when device="mps" (capability must be None then).
@@ -97,7 +99,8 @@ def chapter_support(chapter: str, capability: tuple[int, int] | None, te_availab
             "06": "gradient equality exact; DDP on 2 gloo processes",
             "07": "torch.profiler memory timeline; no CUDA allocator",
             "08": "FP8 emulated with torch float8 dtypes; no FP8 matmul speed",
-            "09": "byte budget checked with the estimator; FSDP2 on 2 gloo processes",
+            "09": "byte budget checked with the estimator; peaks with MemTracker",
+            "10": "the ledger's bytes exact; FSDP2 on 2 gloo processes",
         }
         return "CPU: " + cpu_notes[chapter]
     missing = []

@@ -1123,7 +1123,8 @@ def plan_figure(p: Plan, title: str = "") -> Any:
     zoom = 2.5 * budget
     largest = max(sum(parts.values()) for _, parts in steps) / GIB
     panels = [("full", 1.05 * largest), ("zoom", zoom)] if largest > zoom else [("zoom", zoom)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(9 if len(panels) == 1 else 11, 1.6 + 0.45 * len(steps)),
+    # compact: beside its controls, with its printed lines and cost table, it fits a 900-pixel-high window
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 if len(panels) == 1 else 8, 1.4 + 0.3 * len(steps)),
                              sharey=True, squeeze=False)
     for ax, (kind, limit) in zip(axes[0], panels, strict=True):
         for row, (_, parts) in enumerate(steps):
@@ -1138,8 +1139,8 @@ def plan_figure(p: Plan, title: str = "") -> Any:
                         bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
         ax.axvline(budget, color="black", linestyle="--", linewidth=1.2)
         ax.set_xlim(0, limit)
-        ax.set_xlabel(f"GiB per GPU, full scale (dashed: usable budget {budget:.1f} GiB)" if kind == "full" else
-                      f"GiB per GPU, zoomed to 2.5 x the budget ({budget:.1f} GiB)" if len(panels) > 1 else
+        ax.set_xlabel(f"GiB per GPU, full scale\n(dashed: usable budget {budget:.1f} GiB)" if kind == "full" else
+                      f"GiB per GPU, zoomed to\n2.5 x the budget ({budget:.1f} GiB)" if len(panels) > 1 else
                       f"GiB per GPU (dashed: usable budget {budget:.1f} GiB)", fontsize=8 if len(panels) > 1 else 10)
     first = axes[0][0]
     first.set_yticks(range(len(steps)), [_short(r) for r, _ in steps], fontsize=8)

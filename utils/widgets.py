@@ -26,12 +26,15 @@ from utils.validate import check_int, check_str
 
 
 class Panel:
-    """Controls that re-run `fn(**values)` on every change and show its result in an Output."""
+    """Controls that re-run `fn(**values)` on every change and show its result in an Output: the controls in rows
+    above it, or with `beside=True` in a column to its left (a tall figure and its controls then fit one screen)."""
 
     def __init__(self, fn: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget], *,
-                 title: str = "", run_now: bool = True) -> None:
+                 title: str = "", run_now: bool = True, beside: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        if not isinstance(beside, bool):
+            raise TypeError(f"beside must be True or False, got {type(beside).__name__}")
         if not isinstance(controls, Mapping) or not controls:
             raise ValueError("controls must be a non-empty mapping of argument name -> ipywidgets control")
         for name, control in controls.items():
@@ -49,13 +52,23 @@ class Panel:
         for control in self.controls.values():
             control.observe(lambda _change: self.update(), names="value")
         header = [widgets.HTML(f"<b>{title}</b>")] if title else []
-        for control in self.controls.values():  # each keeps a usable width; rows wrap instead of squeezing
-            control.layout.flex = "1 1 300px"
-            control.layout.min_width = "300px"
-            control.layout.max_width = "460px"
-        row = widgets.HBox(list(self.controls.values()),
-                           layout=widgets.Layout(flex_flow="row wrap", align_items="center", width="100%"))
-        self.widget = widgets.VBox(header + [row, self.output])
+        if beside:  # a column of controls left of the output: both in one screen (a 1,400 x 900 window)
+            for control in self.controls.values():
+                control.layout.width = "100%"
+                control.style.description_width = "110px"
+            column = widgets.VBox(list(self.controls.values()),
+                                  layout=widgets.Layout(flex="0 0 270px", width="270px"))
+            self.output.layout.flex = "1 1 auto"
+            self.widget = widgets.VBox(header + [widgets.HBox([column, self.output],
+                                                              layout=widgets.Layout(align_items="flex-start"))])
+        else:
+            for control in self.controls.values():  # each keeps a usable width; rows wrap instead of squeezing
+                control.layout.flex = "1 1 300px"
+                control.layout.min_width = "300px"
+                control.layout.max_width = "460px"
+            row = widgets.HBox(list(self.controls.values()),
+                               layout=widgets.Layout(flex_flow="row wrap", align_items="center", width="100%"))
+            self.widget = widgets.VBox(header + [row, self.output])
         if run_now:
             self.update()
 

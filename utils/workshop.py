@@ -31,7 +31,7 @@ def _minutes(seconds: float | None) -> str:
 def minutes_rows() -> tuple[list[list[str]], list[str]]:
     """One row per chapter: title, CPU minutes (measured), T4 and H100 compute minutes (predicted), lab minutes."""
     from utils.labs import lab_exercises, read_notebook
-    from utils.time_model import GPUS, chapter_work, datasheet_bound_seconds, predicted_seconds
+    from utils.time_model import CHAPTERS, GPUS, chapter_work, datasheet_bound_seconds, predicted_seconds
 
     rows, devices = [], set()
     for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
@@ -44,6 +44,9 @@ def minutes_rows() -> tuple[list[list[str]], list[str]]:
                       if line.startswith("# ")), path.stem)
         predicted = []
         for gpu, tier in (("T4", 16), ("H100", 80)):
+            if number not in CHAPTERS:  # a chapter the time model does not know yet: no prediction, not a guess
+                predicted.append("-")
+                continue
             works = chapter_work(number, tier)
             predicted.append(f"{_minutes(predicted_seconds(works, GPUS[gpu], chapter=number))} "
                              f"(≥ {_minutes(datasheet_bound_seconds(works, GPUS[gpu]))})")

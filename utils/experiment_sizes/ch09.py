@@ -1,10 +1,10 @@
 """Chapter 09's sizes (capstone: fit a model into a budget).
 
 The measured experiments run a small utils.models.GPT (the ledger's checks and the combination table), a GPT-2
-built from a config with a LoRA adapter (the budgeted run), torchao's optimizers and NF4 on CPU tensors, and
-FSDP2 on 2 gloo processes (always on the CPU). `footprints(tier)` predicts each GPU experiment's peak with the
-chapter's own ledger (utils.plan.memory_of), with a margin of 1.5x for what the ledger leaves out (Hugging Face
-GPT-2 keeps a few more tensors than the course's GPT; temporaries).
+built from a config with a LoRA adapter (the budgeted run), and torchao's optimizers and NF4 on CPU tensors (the
+FSDP2 run on gloo processes is chapter 10's, utils/experiment_sizes/ch10.py). `footprints(tier)` predicts each
+GPU experiment's peak with the chapter's own ledger (utils.plan.memory_of), with a margin of 1.5x for what the
+ledger leaves out (Hugging Face GPT-2 keeps a few more tensors than the course's GPT; temporaries).
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ HF_BATCH = pick(4, _HF_BATCH, tiny=2)
 HF_STEPS = pick(15, {t: 100 for t in TIERS}, tiny=3)
 # torchao's optimizer states and NF4 are measured on one CPU matrix of this shape (no GPU memory).
 OPT_SHAPE = pick((512, 512), {t: (2048, 2048) for t in TIERS}, tiny=(128, 128))
-# FSDP2 on gloo processes (CPU): width and depth of the MLP stack.
-FSDP_WIDTH = pick(32, {t: 128 for t in TIERS}, tiny=16)
-FSDP_DEPTH = pick(3, {t: 4 for t in TIERS}, tiny=2)
 
 
 def footprints(tier: int) -> dict[str, int]:

@@ -1,0 +1,46 @@
+"""Held-out cases for lab 10 (beyond one GPU). Loaded by the grader by file path; never imported by a lab.
+
+Each entry takes the SAME arguments as the exercise's public check call and raises CheckFailed on a failure: other
+layer sizes, depths, stages and micro-batches (fewer micro-batches than stages; one stage) for the pipeline, other
+grouped-query shapes and refused degrees for the layer split, and other models, GPU counts, budgets and micro-batches
+(one where nothing fits) for the layout, other sizes, GPU counts and stages for ZeRO's traffic, so that an answer
+tuned to the public cases fails.
+"""
+
+from __future__ import annotations
+
+from utils.budget import REPORTED_GIB, usable_budget
+from utils.checks.ch10 import GIB, expect_layout, expect_params_per_rank, expect_pipeline_stage, expect_zero_traffic
+
+
+def pipeline_cases(pipeline_stage) -> None:
+    """Fewer micro-batches than stages, one stage, a deep pipeline, odd sizes."""
+    expect_pipeline_stage(pipeline_stage, [
+        (7.0e8, 96, 8, 3, "1f1b"), (7.0e8, 96, 8, 3, "gpipe"), (1.5e9, 60, 1, 7, "1f1b"),
+        (123_457.0, 48, 16, 64, "gpipe"), (123_457.0, 48, 16, 64, "1f1b")])
+
+
+def params_cases(params_per_rank) -> None:
+    """Llama-2-70B (64 heads, 8 key/value heads), Mistral-7B, multi-head attention (kv = heads); refused degrees."""
+    expect_params_per_rank(params_per_rank, [
+        (8192, 64, 8, 28672, 8), (8192, 64, 8, 28672, 4), (4096, 32, 8, 14336, 4), (2048, 16, 16, 5632, 16)],
+        [(8192, 64, 8, 28672, 16), (4096, 32, 32, 11000, 16), (4096, 24, 8, 14336, 16)])
+
+
+def layout_cases(choose_layout) -> None:
+    """Another 70B GPU count and batch, a 7B model on 24 GB cards, a mixture of experts, and nothing fitting."""
+    budget = {gpu: usable_budget(int(REPORTED_GIB[gpu] * GIB)) for gpu in REPORTED_GIB}
+    expect_layout(choose_layout, [("Llama-2-70B", 64, budget["H100 (80 GB)"], 32),
+                                  ("Mistral-7B", 16, budget["A10G (24 GB)"], 8),
+                                  ("Mixtral-8x7B", 32, budget["A100 (80 GB)"], 16),
+                                  ("Llama-3-8B", 8, budget["T4 (16 GB)"], 16)])
+
+
+def zero_traffic_cases(zero_traffic) -> None:
+    """Other sizes, odd GPU counts, BF16 gradients, one micro-batch for every stage, stage 1 with accumulation."""
+    expect_zero_traffic(zero_traffic, [
+        (70_000_000_000, 2, 3, 512, 32), (13_000_000_000, 4, 2, 3, 1), (13_000_000_000, 4, 3, 3, 1),
+        (999_999_937, 2, 1, 7, 64), (125_000_000, 4, 0, 64, 8), (125_000_000, 4, 2, 1, 8)])
+
+
+HIDDEN = {"10.1": pipeline_cases, "10.2": params_cases, "10.3": layout_cases, "10.4": zero_traffic_cases}

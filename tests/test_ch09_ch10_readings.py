@@ -1,0 +1,99 @@
+"""The Readings of chapters 09 and 10 state their conclusions with numbers (issue 36 item 8); each number written in
+the prose is the one the committed run printed, so a rerun that moves a number fails here instead of leaving the
+prose behind."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def _chapter(name: str) -> tuple[str, str]:
+    """(the Markdown, the committed outputs' text) of a chapter."""
+    cells = json.loads((ROOT / name).read_text(encoding="utf-8"))["cells"]
+    prose = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    out = []
+    for c in cells:
+        for o in c.get("outputs", []):
+            out.append("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", "")))
+    return " ".join(prose.split()), "\n".join(out)
+
+
+@pytest.fixture(scope="module")
+def ch09():
+    return _chapter("09_capstone_fit_a_model.ipynb")
+
+
+@pytest.fixture(scope="module")
+def ch10():
+    return _chapter("10_beyond_one_gpu.ipynb")
+
+
+def _error(out: str, label: str) -> float:
+    return float(re.search(rf"small GPT, {re.escape(label)}: ledger [\d,]+ B at its [^,]+, measured [\d,]+ B "
+                           rf"\(([+-][\d.]+)%\)", out).group(1))
+
+
+def test_chapter_09s_ledger_errors_are_the_printed_ones(ch09):
+    prose, out = ch09
+    assert abs(_error(out, "baseline: FP32, AdamW")) <= 0.1 and "agrees with the ledger's peak to 0.1%" in prose
+    assert f"the ledger is {round(_error(out, '+ activation checkpointing'))}% above the measurement there" in prose
+    acc = _error(out, next(m for m in re.findall(r"small GPT, (\+ accumulation \(micro-batch 1 x \d+\))", out)))
+    assert f"{round(acc)}% above the measurement because this CPU's AdamW" in prose
+    assert f"The ledger is about {round(_error(out, 'LoRA r=4 on the attention, BF16 base'))}% above" in prose
+
+
+def test_chapter_09s_optimizer_nf4_and_offload_figures(ch09):
+    prose, out = ch09
+    ratio = re.search(r"AdamW4bit's distance is (\d+) x AdamW8bit's", out).group(1)
+    assert f"about {ratio} times further off" in prose
+    nf4 = float(re.search(r"dequantized weight ([\d.]+)%", out).group(1))
+    assert f"about {round(nf4)}% off per element" in prose
+    shares = re.search(r"PCIe seconds are (\d+)% of it at 1 x 32 and (\d+)% at 4 x 8", out).groups()
+    assert f"{shares[0]}% of it at 1 x 32 and {shares[1]}% at 4 x 8" in prose
+
+
+def test_chapter_09s_qlora_on_a_t4_is_the_ledgers_figure_and_said_so(ch09):
+    prose, out = ch09
+    total, budget = re.search(r"the ledger computes ([\d.]+) GiB .* plan budget of ([\d.]+) GiB: fits by the ledger",
+                              out).groups()
+    assert round(float(total)) == 5 and f"about 5 GiB, under the {budget} GiB plan budget of a 16 GB T4" in prose
+    assert "no cell of this notebook trains a 7B model" in prose and "`run_in_budget`" in prose
+
+
+def test_chapter_09s_combination_table_is_labelled_cpu_only_and_read_with_its_savings(ch09):
+    prose, out = ch09
+    assert "CPU-only: measured on" in out and "CPU-only in the committed run" in prose
+    saved = dict(re.findall(r"\| ([^|]+?) +\| [\d,]+ +\| \+(\d+)% +\|", out))
+    assert f"LoRA saves the most ({saved['LoRA r=4 on the attention, BF16 base']}%)" in prose
+    assert max(saved.values(), key=int) == saved["LoRA r=4 on the attention, BF16 base"]
+    assert f"8-bit AdamW only {saved['8-bit AdamW (torchao)']}%" in prose
+    assert f"{saved['BF16 mixed precision (torch.amp)']}% to" in prose
+
+
+def test_chapter_10s_readings(ch10):
+    prose, out = ch10
+    paper, amp = re.search(r"leaves ([\d.]+) of 16 B/param in the paper's accounting and ([\d.]+) under", out).groups()
+    assert (paper, amp) == ("5.5", "9.0") and "leaves 5.5 bytes per parameter" in prose and "leaves 9" in prose
+    ratios = re.findall(r"\(([\d.]+)x DDP\)", out)
+    assert ratios == ["1.5", "48.0"] and "**1.5x DDP**" in prose and "ZeRO-3 moves 48x DDP's bytes" in prose
+    assert re.search(r"the gathered column is 2.0 blocks", out) and "two blocks' worth" in prose
+    tp = re.search(r"\| tensor parallel +\| [\d,]+ +\| ([\d.]+) +\|", out).group(1)
+    assert f"a fifth of the layer per GPU ({tp})" in prose and round(1 / float(tp)) == 5
+    share, kept = re.search(r"\((\d+)%\) is replicated; at t = 8 a GPU keeps ([\d.]+) of it", out).groups()
+    assert f"({share}% of a Llama-2-70B layer" in prose and kept == "0.333" and "keeps a third of it" in prose
+    held = re.findall(r"the first stage holds (\d+) of Llama-2-70B's 80 layers", out)
+    assert held == ["80", "80", "110"] and "holds 110 (80 x 1.375)" in prose
+
+
+@pytest.mark.parametrize("name", ["09_capstone_fit_a_model.ipynb", "10_beyond_one_gpu.ipynb"])
+def test_each_capstone_chapter_is_at_most_6000_words_of_prose(name):
+    """Issue 36: the 10,000-word capstone split in two, each at most 6,000 words of Markdown (the hosted header and
+    the closing links aside)."""
+    cells = json.loads((ROOT / name).read_text(encoding="utf-8"))["cells"]
+    words = sum(len("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown"
+                and not {"hosted-header", "navigation"} & set(c.get("metadata", {}).get("course", {})))
+    assert 2000 < words <= 6000, words

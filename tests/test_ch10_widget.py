@@ -1,0 +1,53 @@
+"""Chapter 10's layout panel: its function runs for every model and layout it offers, lays the layout's GPUs out as
+the caption says, and stands beside its controls (the chapter's panel, like chapter 09's, fits a 1,400 x 900 window)."""
+
+import ast
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import nbformat
+import pytest
+
+from utils.architectures import ARCHITECTURES, shape_of_model
+from utils.estimate import PRESETS
+from utils.plan import GIB, REPORTED_GIB, costs_table, plan, plan_figure, usable_budget
+from utils.tables import format_table
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "10_beyond_one_gpu.ipynb"
+
+
+@pytest.fixture(scope="module")
+def panel_source():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    return next(c.source for c in nb.cells if c.cell_type == "code" and "def layout_report" in c.source)
+
+
+@pytest.fixture(scope="module")
+def layout_report(panel_source):
+    tree = ast.parse(panel_source)
+    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("model_shape", "layout_report")
+              or isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "MODELS" for t in n.targets)]
+    namespace = {"plan": plan, "PRESETS": PRESETS, "ARCHITECTURES": ARCHITECTURES, "shape_of_model": shape_of_model,
+                 "usable_budget": usable_budget, "REPORTED_GIB": REPORTED_GIB, "GIB": GIB, "plan_figure": plan_figure,
+                 "costs_table": costs_table, "show_table": lambda rows, headers: print(format_table(rows, headers))}
+    exec(compile("\n\n".join(ast.get_source_segment(panel_source, n) for n in wanted), str(NOTEBOOK), "exec"),
+         namespace)
+    return namespace["layout_report"]
+
+
+@pytest.mark.parametrize("model", [*ARCHITECTURES, "GPT 7B (stand-in)"])
+@pytest.mark.parametrize("t, p", [(1, 1), (8, 1), (4, 4)])
+def test_the_panel_lays_out_every_model(layout_report, model, t, p, capsys):
+    fig = layout_report(model, 4096, "H100 (80 GB)", 16, 2, t, p, False)
+    plt.close(fig)
+    out = capsys.readouterr().out
+    assert f"{2 * t * p} GPUs (2 replicas x t {t} x p {p})" in out and "| cost" in out
+
+
+def test_the_panel_stands_beside_its_controls_and_opens_on_llama_2_70b(panel_source, layout_report, capsys):
+    assert "beside=True" in panel_source and '"Llama-2-70B"' in panel_source
+    fig = layout_report("Llama-2-70B", 4096, "H100 (80 GB)", 16, 1, 8, 1, False)
+    width, height = fig.get_size_inches() * 100
+    plt.close(fig)
+    assert 270 + width < 1100 and height + 300 < 720
+    assert "does NOT fit" in capsys.readouterr().out
