@@ -206,7 +206,7 @@ def _entries() -> dict[str, Entry]:
         "utils.glossary.unit_problems": Entry(glossary.unit_problems, lambda: {"text": "a"}, {}),
         "utils.outputs.chapters": Entry(outputs.chapters, lambda: {"only": "00"},
                                         {"only": st.text(max_size=3).filter(lambda s: not s.isdigit() or
-                                                                             len(s) != 2 or s > "09")}),
+                                                                             len(s) != 2 or s > "10")}),
         "utils.validate.check_int": Entry(validate.check_int, lambda: {"name": "n", "value": 3}, {}),
         "utils.estimate.estimate_memory": Entry(
             estimate.estimate_memory, lambda: {"model": models.mlp(8, 16, 4, 1), "example_inputs": torch.randn(2, 8)},
@@ -317,7 +317,7 @@ def _entries() -> dict[str, Entry]:
         "utils.formats.get_format": Entry(formats.get_format, lambda: {"fmt": "fp16"}, {"fmt": _choice(fmts)}),
         "utils.chapters.chapter_support": Entry(chapters.chapter_support,
                                                 lambda: {"chapter": "01", "capability": (8, 0)},
-                                                {"chapter": _choice({f"{i:02d}" for i in range(10)}),
+                                                {"chapter": _choice({f"{i:02d}" for i in range(11)}),
                                                  "capability": st.one_of(st.text(max_size=3), st.just((8,)))}),
         "utils.distributed.launch_script": Entry(distributed.launch_script, lambda: {"script": __file__},
                                                  {"world_size": "count", "timeout_s": "positive",
@@ -645,7 +645,7 @@ def _entries() -> dict[str, Entry]:
                                                     {"works": st.one_of(st.none(), st.integers(), st.just([1])),
                                                      "gpu": st.one_of(st.none(), st.just("T4"), st.integers())}),
         "utils.time_model.chapter_work": Entry(time_model.chapter_work, lambda: {"chapter": "04", "tier": 16},
-                                               {"chapter": _choice({f"{i:02d}" for i in range(10)}),
+                                               {"chapter": _choice({f"{i:02d}" for i in range(11)}),
                                                 "tier": st.one_of(st.integers().filter(lambda t: t not in sizes.TIERS),
                                                                   _junk)}),
         "utils.widgets.snapshot_html": Entry(widgets.snapshot_html, lambda: {"result": "text"}, {}),

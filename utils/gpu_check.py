@@ -301,7 +301,7 @@ def predicted_wall(device: str, tier: int, chapter: str) -> str:
     from utils.time_model import chapter_work, predicted_seconds
 
     gpu = reference_gpu(device)
-    if gpu is None or not ("00" <= chapter <= "09"):
+    if gpu is None or not ("00" <= chapter <= "10"):
         return "-"
     return f"{predicted_seconds(chapter_work(chapter, tier), gpu, chapter=chapter):.0f}"
 

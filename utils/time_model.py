@@ -50,7 +50,7 @@ CUDA_INIT_S = 2.0  # creating the CUDA context and loading the kernels' modules 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 CHAPTER_LIMIT_S = 300.0  # a chapter's full size on a T4
 COURSE_LIMIT_S = 2400.0  # every chapter's full size on a T4
-CHAPTERS = tuple(f"{n:02d}" for n in range(10))
+CHAPTERS = tuple(f"{n:02d}" for n in range(11))
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,7 @@ FIXED_COSTS: dict[str, dict[str, float]] = {
     "07": {"start": _START_S, "fragmentation children (4 settings)": 4 * (5.7 + CUDA_INIT_S)},
     "08": {"start": _START_S, "Transformer Engine and torchao imports": 10.0},
     "09": {"start": _START_S},
+    "10": {"start": _START_S, "one 2-rank gloo job (FSDP2)": 3.4},
 }
 
 
@@ -326,7 +327,7 @@ def datasheet_bound_seconds(works: list[Work], gpu: GpuRates, *, efficiency: flo
 
 
 def chapter_work(chapter: str, tier: int) -> list[Work]:
-    """The full-size work of chapter `chapter` ("00".."09") on a GPU of memory tier `tier`."""
+    """The full-size work of chapter `chapter` ("00".."10") on a GPU of memory tier `tier`."""
     import importlib
 
     check_choice("chapter", chapter, CHAPTERS)
