@@ -7,15 +7,19 @@ reason, except in CI (CI=true), where a missing browser is a failure.
 
 import json
 import os
+import platform
+import re
 import shutil
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 from servers import free_port, stop_group
 
+from utils import lab_server
 from utils.lab_server import command as lab_command
 from utils.lab_server import environment as lab_environment
 
@@ -28,9 +32,9 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
 
 
-def wait_for_idle_kernel(base: str, token: str, page, timeout_s: float = 120) -> None:
-    """Wait until the server reports a kernel for the notebook, idle (ready to run cells), accepting JupyterLab's
-    "Select Kernel" dialog if it asks."""
+def wait_for_idle_kernel(base: str, token: str, page, timeout_s: float = 120, path: str | None = None) -> None:
+    """Wait until the server reports a kernel for the notebook (`path`, default any), idle (ready to run cells),
+    accepting JupyterLab's "Select Kernel" dialog if it asks."""
     deadline = time.monotonic() + timeout_s
     accept = page.locator(".jp-Dialog .jp-mod-accept")
     while time.monotonic() < deadline:
@@ -38,7 +42,8 @@ def wait_for_idle_kernel(base: str, token: str, page, timeout_s: float = 120) ->
             accept.first.click()
         with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=5) as response:
             sessions = json.loads(response.read())
-        if any(s.get("kernel", {}).get("execution_state") == "idle" for s in sessions):
+        if any(s.get("kernel", {}).get("execution_state") == "idle" and path in (None, s.get("path"))
+               for s in sessions):
             return
         time.sleep(1)
     raise AssertionError(f"no idle kernel after {timeout_s:g} s")
@@ -177,3 +182,159 @@ def test_chapter00_widget_changes_output_in_jupyterlab(jupyterlab):
             raise
         finally:
             browser.close()
+
+
+# --- Issue 37: a learner who opens, runs and saves chapters leaves the working copy clean -------------------------
+
+def _git(course: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args],
+                          cwd=course, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _executed_code_cells(notebook: dict) -> tuple[int, int]:
+    """(code cells with a source, how many of them carry an execution count)."""
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    return len(code), sum(c.get("execution_count") is not None for c in code)
+
+
+def _run_all_and_save(page, base: str, token: str, path: str, timeout_s: float) -> float:
+    """Open `path`, check the committed outputs show and nothing is marked modified, Run All Cells, wait until every
+    code cell has run (no cell raised), save with Ctrl+S; returns the seconds the run took."""
+    page.goto(f"{base}/lab/tree/{path}?token={token}")
+    tab = page.locator(f".lm-TabBar-tab:has-text('{Path(path).name}')").first
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=60_000)
+    wait_for_idle_kernel(base, token, page, path=path)
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='idle']",
+                           timeout=60_000)
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    assert panel.locator(".jp-OutputArea-output").count() > 0, f"{path}: the committed outputs are not shown"
+    page.wait_for_timeout(1000)
+    # JupyterLab writes the kernel's display name and language_info into the notebook it opens: the course's kernel
+    # has the committed display name, and language_info matches where Python's version is the committed run's.
+    committed = json.loads(urllib.request.urlopen(f"{base}/api/contents/{path}?token={token}", timeout=10).read())
+    if committed["content"]["metadata"].get("language_info", {}).get("version") == platform.python_version():
+        assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), \
+            f"{path} opens already modified (the kernel's display name or metadata rewritten)"
+    page.click("text=Run >> nth=0")
+    page.click("text=Run All Cells")
+    started = time.monotonic()
+    prompts = panel.locator(".jp-CodeCell .jp-InputPrompt")
+    while True:
+        texts = prompts.all_inner_texts()
+        if texts and all(re.fullmatch(r"\[\d+\]:", t.strip()) for t in texts):
+            break
+        traceback = panel.locator(".jp-OutputArea-output", has_text="Traceback")
+        assert not traceback.count(), f"{path}: a cell raised: {traceback.first.inner_text()[-2000:]}"
+        assert time.monotonic() - started < timeout_s, \
+            f"{path}: Run All Cells not done in {timeout_s:g} s; prompts: {texts}; last outputs: " \
+            + " | ".join(t[-300:] for t in panel.locator(".jp-OutputArea-output").all_inner_texts()[-3:])
+        page.wait_for_timeout(1000)
+    seconds = time.monotonic() - started
+    panel.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})
+    page.keyboard.press("Control+s")
+    page.wait_for_function(f"() => ![...document.querySelectorAll('.lm-TabBar-tab')].some("
+                           f"t => t.innerText.includes({json.dumps(Path(path).name)}) && "
+                           "t.classList.contains('jp-mod-dirty'))", timeout=60_000)
+    return seconds
+
+
+@pytest.fixture
+def learner_course(tmp_path):
+    """A clone-like git repository of the course's chapters, labs and docs (the working tree's versions, committed
+    there), served by JupyterLab exactly as `make lab` serves the repository (utils.lab_server.command), with
+    my-labs/ made as `make lab` makes it. Kernels import the installed `utils` package."""
+    course = tmp_path / "course"
+    tracked = subprocess.run(["git", "ls-files", "-z", "notebooks", "labs", "docs", ".gitignore"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, tracked):
+        (course / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, course / name)
+    _git(course, "init", "-q")
+    _git(course, "add", "-A")
+    _git(course, "commit", "-q", "-m", "the course")
+    lab_server.copy_labs(course / "labs", course / "my-labs")
+    settings = tmp_path / "settings" / "@jupyterlab"
+    (settings / "notebook-extension").mkdir(parents=True)
+    (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    env = lab_environment({**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+                           "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+                           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"),
+                           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "COURSE_SIZE": "quick"})
+    for name in ("COURSE_CHECKS_STRICT", "COURSE_RECORD"):
+        env.pop(name, None)
+    port, token = free_port(), "learner-test-token"
+    log = open(tmp_path / "lab.log", "w")
+    proc = subprocess.Popen(lab_command(port=port, token=token, root=course, open_browser=False),
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=3)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        stop_group(proc)
+        pytest.fail("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()[-2000:])
+    yield course, base, token
+    stop_group(proc)
+    log.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_learner_who_runs_and_saves_chapters_leaves_git_status_clean(learner_course):
+    """Issue 37: chapters opened already modified, and autosave wrote the learner's outputs into notebooks/ (git
+    status dirty, git pull conflicting). Chapters 00 and 09 are opened in `make lab`'s JupyterLab: the committed
+    outputs show and the tab is not marked modified; Run All Cells, then Ctrl+S. Then git status is empty, the
+    committed files are byte for byte as committed, the saved copies in my-work/ hold every cell's run, and
+    JupyterLab serves those copies under the chapters' own paths; chapter 00's links to its lab and to chapter 01
+    open them. Both chapters are run whole (about 5 s and 20 s of kernel time on an idle 2-core CPU; minutes under
+    load), so this also shows the whole chapter saved, never a copy cut short mid-run."""
+    if not CHROMIUM.exists():
+        _unavailable(f"Debian's Chromium is not at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright for Python is not installed")
+    course, base, token = learner_course
+    chapters = [f"notebooks/{next((course / 'notebooks').glob(f'{n}_*.ipynb')).name}" for n in ("00", "09")]
+    committed = {p: (course / p).read_bytes() for p in chapters}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            for path in chapters:
+                seconds = _run_all_and_save(page, base, token, path, timeout_s=480)
+                print(f"{path}: Run All Cells took {seconds:.0f} s in the browser")
+            # chapter 00's closing links (relative to the chapter's own path) open its lab and chapter 01
+            page.goto(f"{base}/lab/tree/{chapters[0]}?token={token}")
+            panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+            for text, opened in (("lab 00", "lab00_warmup.ipynb"), ("01 · Where the memory goes", "01_")):
+                link = panel.locator(".jp-RenderedMarkdown a", has_text=text).last
+                link.scroll_into_view_if_needed()
+                link.click()
+                page.wait_for_selector(f".lm-TabBar-tab.lm-mod-current:has-text('{opened}')", timeout=60_000)
+                page.goto(f"{base}/lab/tree/{chapters[0]}?token={token}")
+                panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+            page.screenshot(path=str(ARTIFACTS / "learner_session.png"))
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "learner_session_failure.png"))
+            raise
+        finally:
+            browser.close()
+    assert _git(course, "status", "--porcelain") == "", "running and saving chapters changed the working copy"
+    for path in chapters:
+        assert (course / path).read_bytes() == committed[path]
+        mine = json.loads((course / "my-work" / path).read_text())
+        cells, ran = _executed_code_cells(mine)
+        assert ran == cells, f"my-work/{path}: {ran} of {cells} code cells saved with their run"
+        with urllib.request.urlopen(f"{base}/api/contents/{path}?token={token}", timeout=10) as response:
+            served = json.loads(response.read())["content"]
+        served, mine = nbformat.reads(json.dumps(served), as_version=4), nbformat.read(course / "my-work" / path, 4)
+        assert [c.get("outputs") for c in served.cells] == [c.get("outputs") for c in mine.cells], \
+            f"{path}: JupyterLab does not serve the saved copy"
