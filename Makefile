@@ -106,8 +106,10 @@ outputs: $(STAMP)
 
 # The course as a static website (chapters with their committed outputs, glossary, claims, guides) in
 # build/book/html; see utils/book.py. .github/workflows/book.yml publishes it to GitHub Pages.
+# Built from the committed versions (HEAD) of notebooks/, docs/ and results/; WORKING_TREE=1 builds from the files
+# as they are (e.g. new outputs not yet committed).
 book: $(STAMP)
-	$(PY) -m utils.book
+	$(PY) -m utils.book $(if $(WORKING_TREE),--working-tree)
 
 claims: $(STAMP)
 	$(PY) -m utils.results --claims
