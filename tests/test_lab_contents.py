@@ -162,3 +162,15 @@ def test_the_course_kernel_keeps_the_committed_display_name() -> None:
     names = {json.loads(p.read_text())["metadata"]["kernelspec"]["display_name"]
              for folder in ("notebooks", "labs") for p in (ROOT / folder).glob("*.ipynb")}
     assert names == {spec["display_name"]}
+
+
+def test_make_lab_names_course_files_changed_in_place(course: Path) -> None:
+    """A working copy that an earlier JupyterLab (or an editor) wrote into: `make lab` names the files and says how
+    to keep them as the learner's copies; a clean one gets no such line."""
+    git = ["git", "-C", str(course), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "c"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    assert "Changed in place" not in lab_server._work_line(course)
+    (course / CHAPTER).write_text(json.dumps(_notebook("run in place")))
+    said = lab_server._work_line(course)
+    assert "Changed in place" in said and f"cp {CHAPTER} my-work/{CHAPTER} && git checkout -- {CHAPTER}" in said

@@ -134,9 +134,7 @@ class CourseContentsManager(AsyncLargeFileManager):
 
     @default("checkpoints_kwargs")
     def _default_checkpoints_kwargs(self) -> dict:
-        kwargs = super()._default_checkpoints_kwargs()
-        kwargs["root_dir"] = os.path.join(self.root_dir, self.work_dir)
-        return kwargs
+        return {"parent": self, "log": self.log, "root_dir": os.path.join(self.root_dir, self.work_dir)}
 
     def _in_committed(self, path: str) -> bool:
         return path.strip("/").split("/", 1)[0] in self.committed_dirs

@@ -171,8 +171,7 @@ def _work_line(root: Path = REPO_ROOT) -> str:
     from utils.lab_contents import MyWork
 
     work = MyWork(Path(check_instance("root", root, (str, Path))))
-    saved = sorted(p.relative_to(work.folder).as_posix() for p in work.folder.glob("*/*.ipynb")) \
-        if work.folder.is_dir() else []
+    saved = sorted(work.folder.glob("notebooks/*.ipynb")) if work.folder.is_dir() else []
     line = (f"Your chapters: saving a chapter writes your copy to {WORK_DIR}/ (git ignores it; notebooks/ stays as "
             f"committed, so `git pull` always works); JupyterLab opens your copy under the chapter's own name. "
             f"{len(saved)} saved so far; `make reset-chapter N=09` starts one over.")
@@ -181,6 +180,15 @@ def _work_line(root: Path = REPO_ROOT) -> str:
         line += (f"\nUpdated in the course since you saved your copy: {', '.join(changed)}. You still see your copy; "
                  "`make reset-chapter N=NN` shows the new version (yours is kept in "
                  f"{WORK_DIR}/.previous/).")
+    status = subprocess.run(["git", "-C", str(work.root), "status", "--porcelain", "--", *COMMITTED_DIRS],
+                            capture_output=True, text=True)
+    in_place = [entry[3:] for entry in status.stdout.splitlines()] if status.returncode == 0 else []
+    if in_place:
+        first = in_place[0]
+        line += (f"\nChanged in place (by an editor, or a JupyterLab started before {WORK_DIR}/ existed): "
+                 f"{', '.join(in_place[:5])}{f' and {len(in_place) - 5} more' if len(in_place) > 5 else ''}; "
+                 f"`git pull` may refuse them. To keep one as your copy: mkdir -p {WORK_DIR}/{Path(first).parent} && "
+                 f"cp {first} {WORK_DIR}/{first} && git checkout -- {first}")
     return line
 
 
