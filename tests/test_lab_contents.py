@@ -174,3 +174,18 @@ def test_make_lab_names_course_files_changed_in_place(course: Path) -> None:
     (course / CHAPTER).write_text(json.dumps(_notebook("run in place")))
     said = lab_server._work_line(course)
     assert "Changed in place" in said and f"cp {CHAPTER} my-work/{CHAPTER} && git checkout -- {CHAPTER}" in said
+
+
+def test_a_notebook_is_served_with_this_kernels_language_info(course: Path) -> None:
+    """JupyterLab writes the kernel's language_info into the notebook it opens: a chapter committed from another
+    Python version, or a lab (which carries none), opened already marked modified. The manager serves the
+    language_info the course's python3 kernel reports (the committed file is untouched)."""
+    from ipykernel.ipkernel import IPythonKernel
+
+    nb = _notebook("committed")
+    nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb["metadata"]["language_info"] = {"name": "python", "version": "3.0.1"}
+    (course / CHAPTER).write_text(json.dumps(nb))
+    served = _run(_manager(course).get(CHAPTER))["content"]["metadata"]["language_info"]
+    assert served == IPythonKernel.language_info and served["version"] != "3.0.1"
+    assert "3.0.1" in (course / CHAPTER).read_text()

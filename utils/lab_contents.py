@@ -12,11 +12,14 @@ Deleting `notebooks/NN_*.ipynb` in JupyterLab deletes the learner's copy only (t
 a committed file itself cannot be deleted or renamed from JupyterLab. `make reset-chapter N=09` does the same from
 a terminal and keeps the old copy in my-work/.previous/. The committed file's hash when the copy was first saved is
 kept in my-work/.bases.json, so `make lab` can say which saved chapters the course has changed since (a `git pull`).
-Checkpoints ("File > Revert Notebook to Checkpoint") are kept in my-work/ too.
+Checkpoints ("File > Revert Notebook to Checkpoint") are kept in my-work/ too. A notebook is served with the
+language_info this machine's Python kernel reports, which JupyterLab would otherwise write into it on opening (the
+course's kernel also carries the committed display name), so nothing opens already marked modified.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import hashlib
 import json
@@ -168,6 +171,19 @@ class CourseContentsManager(AsyncLargeFileManager):
         else:
             Path(mine).touch()
         return True
+
+    async def get(self, path: str, content: bool = True, type: str | None = None, format: str | None = None,
+                  **kwargs) -> dict:
+        """jupyter_server's model, with a python3 notebook's language_info as this machine's kernel will report it:
+        JupyterLab writes the kernel's language_info into a notebook it opens, so a notebook committed from another
+        Python version (or a lab, which carries none) would otherwise open already marked modified."""
+        model = await super().get(path, content=content, type=type, format=format, **kwargs)
+        notebook = model.get("content") if model.get("type") == "notebook" else None
+        if notebook and notebook.get("metadata", {}).get("kernelspec", {}).get("name") == "python3":
+            from ipykernel.ipkernel import IPythonKernel
+
+            notebook["metadata"]["language_info"] = copy.deepcopy(IPythonKernel.language_info)
+        return model
 
     async def save(self, model: dict, path: str = "") -> dict:
         path = path.strip("/")
