@@ -200,7 +200,7 @@ def test_a_learner_who_runs_and_saves_chapters_leaves_git_status_clean(learner_c
     its output changes), then Ctrl+S. Chapter 00's links open its lab and chapter 01, and a lab opens from the file
     browser. Then git status is empty, the committed files are byte for byte as committed, the saved copies in
     my-work/ hold every cell's run, and JupyterLab serves those copies under the chapters' own paths. Both chapters
-    run whole (6 s and 17 s when `make outputs` ran them, a minute or more under load), so this also
+    run whole (5.5 s and 17.4 s when `make outputs` ran them, a minute or more under load), so this also
     shows a whole chapter saved, never a copy cut short mid-run."""
     if not CHROMIUM.exists():
         _unavailable(f"Debian's Chromium is not at {CHROMIUM} (apt-get install chromium)")
