@@ -174,6 +174,10 @@ def test_make_lab_names_course_files_changed_in_place(course: Path) -> None:
     (course / CHAPTER).write_text(json.dumps(_notebook("run in place")))
     said = lab_server._work_line(course)
     assert "Changed in place" in said and f"cp {CHAPTER} my-work/{CHAPTER} && git checkout -- {CHAPTER}" in said
+    subprocess.run([*git, "checkout", "--", CHAPTER], check=True, capture_output=True)
+    (course / "notebooks" / "Untitled.ipynb").write_text("{}")  # a new file, never committed: moved, not restored
+    said = lab_server._work_line(course)
+    assert "mkdir -p my-work/notebooks && mv notebooks/Untitled.ipynb my-work/notebooks/Untitled.ipynb" in said
 
 
 def test_a_notebook_is_served_with_this_kernels_language_info(course: Path) -> None:

@@ -36,7 +36,7 @@ LABS_DIR, MY_LABS_DIR = REPO_ROOT / "labs", REPO_ROOT / "my-labs"
 WORK_DIR, COMMITTED_DIRS = "my-work", ("notebooks", "labs", "solutions", "docs")
 # What the file browser does not list: jupyter_server's own defaults, and the install metadata `make env` writes into
 # the repository root (pip install -e .), which a learner has no use for.
-# the learner's saved copies (my-work/, see utils/lab_contents.py) are not listed either: they are opened under the
+# The learner's saved copies (my-work/, see utils/lab_contents.py) are not listed either: they are opened under the
 # committed files' own paths (notebooks/NN_*.ipynb), where their links and their kernel's folder are right.
 HIDDEN = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.egg-info", WORK_DIR)
 CONTENTS_MANAGER = "utils.lab_contents.CourseContentsManager"
@@ -182,13 +182,16 @@ def _work_line(root: Path = REPO_ROOT) -> str:
                  f"{WORK_DIR}/.previous/).")
     status = subprocess.run(["git", "-C", str(work.root), "status", "--porcelain", "--", *COMMITTED_DIRS],
                             capture_output=True, text=True)
-    in_place = [entry[3:] for entry in status.stdout.splitlines()] if status.returncode == 0 else []
-    if in_place:
-        first = in_place[0]
+    entries = status.stdout.splitlines() if status.returncode == 0 else []
+    if entries:
+        in_place = [entry[3:] for entry in entries]
+        first, new = in_place[0].rstrip("/"), entries[0].startswith("??")
+        keep = (f"mkdir -p {WORK_DIR}/{Path(first).parent} && "
+                + (f"mv {first} {WORK_DIR}/{first}" if new else
+                   f"cp {first} {WORK_DIR}/{first} && git checkout -- {first}"))
         line += (f"\nChanged in place (by an editor, or a JupyterLab started before {WORK_DIR}/ existed): "
                  f"{', '.join(in_place[:5])}{f' and {len(in_place) - 5} more' if len(in_place) > 5 else ''}; "
-                 f"`git pull` may refuse them. To keep one as your copy: mkdir -p {WORK_DIR}/{Path(first).parent} && "
-                 f"cp {first} {WORK_DIR}/{first} && git checkout -- {first}")
+                 f"`git pull` may refuse them. To keep one as your copy: {keep}")
     return line
 
 
