@@ -90,14 +90,18 @@ def test_new_files_and_text_files_in_committed_folders_go_to_my_work(course: Pat
     assert (course / "my-labs" / "lab00.ipynb").is_file()
 
 
-def test_deleting_a_chapter_deletes_only_the_copy(course: Path) -> None:
+def test_deleting_a_chapter_sets_only_the_copy_aside(course: Path) -> None:
     manager = _manager(course)
     with pytest.raises(web.HTTPError) as refused:
         _run(manager.delete_file(CHAPTER))
     assert refused.value.status_code == 403 and (course / CHAPTER).is_file()
     _run(manager.save({"type": "notebook", "content": _notebook("mine")}, CHAPTER))
-    _run(manager.delete_file(CHAPTER))
+    _run(manager.delete(CHAPTER))
     assert (course / CHAPTER).is_file() and not (course / "my-work" / CHAPTER).exists()
+    _run(manager.save({"type": "notebook", "content": _notebook("mine again")}, CHAPTER))
+    _run(manager.delete(CHAPTER))  # within the same second: both kept
+    kept = sorted(_source({"content": json.loads(p.read_text())}) for p in (course / "my-work" / ".previous").iterdir())
+    assert kept == ["mine", "mine again"], "a deleted copy is set aside, never destroyed"
     assert _source(_run(manager.get(CHAPTER))) == "committed"
     with pytest.raises(web.HTTPError) as refused:
         _run(manager.rename_file(CHAPTER, "notebooks/renamed.ipynb"))

@@ -8,9 +8,9 @@ So a chapter opens with its committed outputs, its links (which name `notebooks/
 because the paths the browser sees do not change, its kernel runs in notebooks/ as before, and running and saving
 every chapter leaves `git status` clean, so `git pull` always applies.
 
-Deleting `notebooks/NN_*.ipynb` in JupyterLab deletes the learner's copy only (the committed version shows again);
-a committed file itself cannot be deleted or renamed from JupyterLab. `make reset-chapter N=09` does the same from
-a terminal and keeps the old copy in my-work/.previous/. The committed file's hash when the copy was first saved is
+Deleting `notebooks/NN_*.ipynb` in JupyterLab sets the learner's copy aside in my-work/.previous/ (the committed
+version shows again), as `make reset-chapter N=09` does from a terminal; a committed file itself cannot be deleted
+or renamed from JupyterLab. The committed file's hash when the copy was first saved is
 kept in my-work/.bases.json, so `make lab` can say which saved chapters the course has changed since (a `git pull`).
 Checkpoints ("File > Revert Notebook to Checkpoint") are kept in my-work/ too. A notebook is served with the
 language_info this machine's Python kernel reports, which JupyterLab would otherwise write into it on opening (the
@@ -91,7 +91,9 @@ class MyWork:
         previous = self.folder / ".previous"
         previous.mkdir(parents=True, exist_ok=True)
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        moved = previous / f"{mine.stem}-{stamp}{mine.suffix}"
+        moved, n = previous / f"{mine.stem}-{stamp}{mine.suffix}", 1
+        while moved.exists():  # two within a second: never one over the other
+            moved, n = previous / f"{mine.stem}-{stamp}-{n}{mine.suffix}", n + 1
         shutil.move(mine, moved)
         for checkpoint in (mine.parent / ".ipynb_checkpoints").glob(f"{mine.stem}-checkpoint*{mine.suffix}"):
             checkpoint.unlink()
@@ -219,14 +221,13 @@ class CourseContentsManager(AsyncLargeFileManager):
         return model
 
     async def delete_file(self, path: str) -> None:
-        """In a committed folder only the learner's copy (or a file of their own) can be deleted."""
+        """In a committed folder only the learner's copy (or a file of their own) can be deleted; a copy of a
+        committed file is set aside in my-work/.previous/ (as `make reset-chapter` does), never destroyed."""
         path = path.strip("/")
         if self._in_committed(path) and os.path.exists(self._committed_os_path(path)):
-            mine = self._mine_os_path(path)
-            if not os.path.isfile(mine):
+            if MyWork(Path(self.root_dir), self.work_dir).reset(path) is None:
                 raise web.HTTPError(403, f"{path} is the course's committed version: it is never deleted. Your "
                                          f"saved copies live in {self.work_dir}/.")
-            os.unlink(mine)
             return
         await super().delete_file(path)
 
