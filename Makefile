@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.course-installed
 TORCH_SPEC := $(VENV)/.torch-spec
 
-.PHONY: lab reset-lab test lint labs grade claims report gpu-check outputs book env clean FORCE
+.PHONY: lab reset-lab reset-chapter test lint labs grade claims report gpu-check outputs book env clean FORCE
 
 env: $(STAMP)
 
@@ -35,7 +35,9 @@ $(STAMP): requirements.txt pyproject.toml $(TORCH_SPEC)
 
 # JupyterLab on 127.0.0.1 only, always with a token (a random one unless TOKEN=... is given), serving the whole
 # course (notebooks/, labs/, my-labs/, solutions/, docs/) and opening chapter 00. Labs are copied into my-labs/
-# (ignored by git) on the first run: learners work there. See utils/lab_server.py.
+# (ignored by git) on the first run: learners work there. Saving a chapter (or any file in notebooks/, labs/,
+# solutions/, docs/) writes the learner's copy to my-work/ (ignored by git), never the committed file; JupyterLab
+# then opens that copy under the same name. See utils/lab_server.py and utils/lab_contents.py.
 lab: $(STAMP)
 	exec $(PY) -m utils.lab_server --port=$(PORT) $(if $(TOKEN),--token=$(TOKEN)) $(if $(NO_BROWSER),--no-browser)
 
@@ -44,6 +46,12 @@ lab: $(STAMP)
 reset-lab: $(STAMP)
 	@test -n "$(N)" || (echo "usage: make reset-lab N=06" >&2; exit 2)
 	$(PY) -m utils.lab_server --reset-lab=$(N)
+
+# Start one chapter over: your saved copy my-work/notebooks/NN_*.ipynb is set aside (in my-work/.previous/), and
+# JupyterLab shows the course's committed version again. Usage: make reset-chapter N=09
+reset-chapter: $(STAMP)
+	@test -n "$(N)" || (echo "usage: make reset-chapter N=09" >&2; exit 2)
+	$(PY) -m utils.lab_server --reset-chapter=$(N)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check conftest.py utils tests notebooks solutions
@@ -98,8 +106,10 @@ outputs: $(STAMP)
 
 # The course as a static website (chapters with their committed outputs, glossary, claims, guides) in
 # build/book/html; see utils/book.py. .github/workflows/book.yml publishes it to GitHub Pages.
+# Built from the committed versions (HEAD) of notebooks/, docs/ and results/; WORKING_TREE=1 builds from the files
+# as they are (e.g. new outputs not yet committed).
 book: $(STAMP)
-	$(PY) -m utils.book
+	$(PY) -m utils.book $(if $(WORKING_TREE),--working-tree)
 
 claims: $(STAMP)
 	$(PY) -m utils.results --claims

@@ -1,5 +1,7 @@
-"""JupyterLab in headless Chromium, started the way `make lab` starts it (utils.lab_server): open chapter 00, run
-every cell, move a widget, see the output change; then open a lab from JupyterLab's file browser.
+"""A learner's session in JupyterLab in headless Chromium, served the way `make lab` serves the course
+(utils.lab_server): open chapters 00 and 09 with their committed outputs, run every cell, move chapter 00's widget
+and see its output change, save; follow chapter 00's links and open a lab from the file browser; then `git status`
+is empty and the learner's saved copies (my-work/) hold the runs.
 
 Uses Debian's Chromium by path (never a downloaded browser). Without it the test is skipped with the
 reason, except in CI (CI=true), where a missing browser is a failure.
@@ -7,30 +9,31 @@ reason, except in CI (CI=true), where a missing browser is a failure.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 from servers import free_port, stop_group
 
+from utils import lab_server
 from utils.lab_server import command as lab_command
 from utils.lab_server import environment as lab_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
-NOTEBOOK = "notebooks/00_setup_and_environment.ipynb"
-LAB = "labs/lab00_warmup.ipynb"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
 
 
-def wait_for_idle_kernel(base: str, token: str, page, timeout_s: float = 120) -> None:
-    """Wait until the server reports a kernel for the notebook, idle (ready to run cells), accepting JupyterLab's
-    "Select Kernel" dialog if it asks."""
+def wait_for_idle_kernel(base: str, token: str, page, timeout_s: float = 120, path: str | None = None) -> None:
+    """Wait until the server reports a kernel for the notebook (`path`, default any), idle (ready to run cells),
+    accepting JupyterLab's "Select Kernel" dialog if it asks."""
     deadline = time.monotonic() + timeout_s
     accept = page.locator(".jp-Dialog .jp-mod-accept")
     while time.monotonic() < deadline:
@@ -38,22 +41,11 @@ def wait_for_idle_kernel(base: str, token: str, page, timeout_s: float = 120) ->
             accept.first.click()
         with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=5) as response:
             sessions = json.loads(response.read())
-        if any(s.get("kernel", {}).get("execution_state") == "idle" for s in sessions):
+        if any(s.get("kernel", {}).get("execution_state") == "idle" and path in (None, s.get("path"))
+               for s in sessions):
             return
         time.sleep(1)
     raise AssertionError(f"no idle kernel after {timeout_s:g} s")
-
-
-def without_outputs(path: Path) -> None:
-    """Clear a notebook's stored outputs and widget state. The committed outputs of chapter 00 include the panel's
-    text fallback ("VBox(children=...)", shown until a kernel creates the widget), which would otherwise be
-    mistaken for the live panel's output before Run All Cells has produced it."""
-    notebook = json.loads(path.read_text())
-    notebook["metadata"].pop("widgets", None)
-    for cell in notebook["cells"]:
-        if cell["cell_type"] == "code":
-            cell["outputs"], cell["execution_count"] = [], None
-    path.write_text(json.dumps(notebook, indent=1))
 
 
 def _unavailable(reason: str) -> None:
@@ -62,29 +54,126 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def _git(course: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args],
+                          cwd=course, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _executed_code_cells(notebook: dict) -> tuple[int, int]:
+    """(code cells with a source, how many of them carry an execution count)."""
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    return len(code), sum(c.get("execution_count") is not None for c in code)
+
+
+def _open_and_run_all(page, base: str, token: str, path: str, timeout_s: float) -> float:
+    """Open `path`, check the committed outputs show and nothing is marked modified, Run All Cells, wait until every
+    code cell has run (no cell raised); returns the seconds the run took."""
+    page.goto(f"{base}/lab/tree/{path}?token={token}")
+    tab = page.locator(f".lm-TabBar-tab:has-text('{Path(path).name}')").first
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=60_000)
+    wait_for_idle_kernel(base, token, page, path=path)
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='idle']",
+                           timeout=60_000)
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    assert panel.locator(".jp-OutputArea-output").count() > 0, f"{path}: the committed outputs are not shown"
+    page.wait_for_timeout(1000)
+    # JupyterLab writes the kernel's display name and language_info into the notebook it opens: the course's kernel
+    # has the committed display name, and the course's contents manager serves this kernel's language_info.
+    assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), \
+        f"{path} opens already modified (the kernel's display name or metadata rewritten)"
+    page.click("text=Run >> nth=0")
+    page.click("text=Run All Cells")
+    started = time.monotonic()
+    prompts = panel.locator(".jp-CodeCell .jp-InputPrompt")
+    while True:
+        texts = prompts.all_inner_texts()
+        if texts and all(re.fullmatch(r"\[\d+\]:", t.strip()) for t in texts):
+            break
+        traceback = panel.locator(".jp-OutputArea-output", has_text="Traceback")
+        assert not traceback.count(), f"{path}: a cell raised: {traceback.first.inner_text()[-2000:]}"
+        assert time.monotonic() - started < timeout_s, \
+            f"{path}: Run All Cells not done in {timeout_s:g} s; prompts: {texts}; last outputs: " \
+            + " | ".join(t[-300:] for t in panel.locator(".jp-OutputArea-output").all_inner_texts()[-3:])
+        page.wait_for_timeout(1000)
+    return time.monotonic() - started
+
+
+def _save(page, path: str) -> None:
+    """Ctrl+S in the notebook `path` (the current tab), and wait until JupyterLab no longer marks it modified."""
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first.click(position={"x": 5, "y": 5})
+    page.keyboard.press("Control+s")
+    page.wait_for_function(f"() => ![...document.querySelectorAll('.lm-TabBar-tab')].some("
+                           f"t => t.innerText.includes({json.dumps(Path(path).name)}) && "
+                           "t.classList.contains('jp-mod-dirty'))", timeout=60_000)
+
+
+def _move_chapter00_widget(page) -> None:
+    """Chapter 00's live panel (a rendered slider beside its readout, never a text fallback or the committed
+    snapshot): four steps of the batch slider change the readout."""
+    panel_output = page.locator(".jp-OutputArea-output:has(.widget-slider)", has_text="bytes saved for backward").first
+    panel_output.wait_for(timeout=60_000)
+    before = panel_output.inner_text()
+    assert "batch 8, width 64" in before
+    slider = page.locator(".widget-slider", has_text="batch B").first
+    slider.scroll_into_view_if_needed()
+    handle = slider.locator(".noUi-handle").first
+    handle.click()
+    for _ in range(4):
+        handle.press("ArrowRight")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+        ".some(e => e.innerText.includes('bytes saved for backward') && !e.innerText.includes('batch 8,'))",
+        timeout=60_000)
+    assert "batch 8," not in panel_output.inner_text()
+    panel_output.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "chapter00_widget.png"))
+
+
+def _open_a_lab_from_the_file_browser(page, base: str, token: str) -> None:
+    """The whole course is served: go to the root in the file browser and open a lab from there."""
+    page.click(".jp-BreadCrumbs-home")
+    page.locator(".jp-DirListing-item", has_text="labs").first.dblclick()
+    page.locator(".jp-DirListing-item", has_text="lab00_warmup.ipynb").first.dblclick()
+    page.wait_for_selector(".lm-TabBar-tab.lm-mod-current:has-text('lab00_warmup.ipynb')", timeout=60_000)
+    wait_for_idle_kernel(base, token, page, path="labs/lab00_warmup.ipynb")
+    page.wait_for_timeout(1000)
+    tab = page.locator(".lm-TabBar-tab.lm-mod-current:has-text('lab00_warmup.ipynb')")
+    assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), "the lab opens already modified"
+    # the rendered heading (the markdown cell's hidden editor holds the same text)
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownCell .jp-RenderedMarkdown"
+                           " >> text=Lab 00", timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "lab00_opened_from_file_browser.png"))
+
+
 @pytest.fixture
-def jupyterlab(tmp_path):
-    port = free_port()
-    token = "browser-test-token"
-    served = tmp_path / "course"  # a copy: JupyterLab's autosave must never touch the repository
-    for path in (NOTEBOOK, LAB):
-        (served / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / path, served / path)
-    without_outputs(served / NOTEBOOK)
-    # JupyterLab 4 removes cells scrolled out of view from the page ("windowing"): turn that off, so the widget
-    # stays findable while later cells run. News stays as `make lab` ships it (utils/lab_settings): the test
-    # asserts that no news question appears, as a learner would see it.
+def learner_course(tmp_path):
+    """A clone-like git repository of the course's chapters, labs and docs (the working tree's versions, committed
+    there), served by JupyterLab exactly as `make lab` serves the repository (utils.lab_server.command), with
+    my-labs/ made as `make lab` makes it. Kernels import the installed `utils` package."""
+    course = tmp_path / "course"
+    tracked = subprocess.run(["git", "ls-files", "-z", "notebooks", "labs", "docs", ".gitignore"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, tracked):
+        (course / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, course / name)
+    _git(course, "init", "-q")
+    _git(course, "add", "-A")
+    _git(course, "commit", "-q", "-m", "the course")
+    lab_server.copy_labs(course / "labs", course / "my-labs")
     settings = tmp_path / "settings" / "@jupyterlab"
-    for plugin, values in (("notebook-extension/tracker", {"windowingMode": "none"}),):
-        (settings / plugin).parent.mkdir(parents=True, exist_ok=True)
-        (settings / f"{plugin}.jupyterlab-settings").write_text(json.dumps(values))
+    (settings / "notebook-extension").mkdir(parents=True)
+    (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     env = lab_environment({**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
                            "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
                            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"),
                            "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "COURSE_SIZE": "quick"})
-    env.pop("COURSE_CHECKS_STRICT", None)
+    for name in ("COURSE_CHECKS_STRICT", "COURSE_RECORD"):
+        env.pop(name, None)
+    port, token = free_port(), "learner-test-token"
     log = open(tmp_path / "lab.log", "w")
-    proc = subprocess.Popen(lab_command(port=port, token=token, root=served, open_browser=False),
+    proc = subprocess.Popen(lab_command(port=port, token=token, root=course, open_browser=False),
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
@@ -97,83 +186,71 @@ def jupyterlab(tmp_path):
     else:
         stop_group(proc)
         pytest.fail("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()[-2000:])
-    yield base, token
+    yield course, base, token
     stop_group(proc)
     log.close()
 
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_chapter00_widget_changes_output_in_jupyterlab(jupyterlab):
+def test_a_learner_who_runs_and_saves_chapters_leaves_git_status_clean(learner_course):
+    """Issue 37: chapters opened already modified, and autosave wrote the learner's outputs into notebooks/ (git
+    status dirty, git pull conflicting). Chapters 00 and 09 are opened in `make lab`'s JupyterLab: the committed
+    outputs show and the tab is not marked modified; Run All Cells (no news question; chapter 00's widget moved,
+    its output changes), then Ctrl+S. Chapter 00's links open its lab and chapter 01, and a lab opens from the file
+    browser. Then git status is empty, the committed files are byte for byte as committed, the saved copies in
+    my-work/ hold every cell's run, and JupyterLab serves those copies under the chapters' own paths. Both chapters
+    run whole (5.5 s and 17.4 s when `make outputs` ran them, a minute or more under load), so this also
+    shows a whole chapter saved, never a copy cut short mid-run."""
     if not CHROMIUM.exists():
         _unavailable(f"Debian's Chromium is not at {CHROMIUM} (apt-get install chromium)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _unavailable("playwright for Python is not installed")
-    base, token = jupyterlab
+    course, base, token = learner_course
+    chapters = [f"notebooks/{next((course / 'notebooks').glob(f'{n}_*.ipynb')).name}" for n in ("00", "09")]
+    committed = {p: (course / p).read_bytes() for p in chapters}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
         try:
-            page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
-            wait_for_idle_kernel(base, token, page)
-            page.wait_for_timeout(3000)  # JupyterLab asks about news a moment after start, if it asks
-            assert not page.get_by_text("official Jupyter news").count(), "JupyterLab asked about news"
-            # The live panel: a rendered slider next to the readout (never a text fallback of the widget).
-            panel_output = page.locator(".jp-OutputArea-output:has(.widget-slider)",
-                                        has_text="bytes saved for backward").first
-            accept = page.locator(".jp-Dialog .jp-mod-accept")  # "Select Kernel", if the kernel was slow to start
-            first_prompt = page.locator(".jp-CodeCell .jp-InputPrompt").first
-            deadline = time.monotonic() + 240
-            attempts = 0
-            while not panel_output.is_visible():
-                assert time.monotonic() < deadline, "the widget's output never appeared after Run All Cells"
-                if accept.count() and accept.first.is_visible():
-                    accept.first.click()
-                    wait_for_idle_kernel(base, token, page)
-                    last_run = 0.0  # run everything again now that a kernel is there
-                if attempts == 0 or (time.monotonic() - last_run > 30 and "[ ]" in first_prompt.inner_text()
-                                     and attempts < 4):
-                    page.click("text=Run >> nth=0")  # the Run menu
-                    page.click("text=Run All Cells")
-                    attempts, last_run = attempts + 1, time.monotonic()
-                assert not page.locator(".jp-OutputArea-output", has_text="Traceback").count(), \
-                    "a cell raised: " + page.locator(".jp-OutputArea-output", has_text="Traceback").first.inner_text()
-                page.wait_for_timeout(1000)
-            before = panel_output.inner_text()
-            assert "batch 8, width 64" in before
-            slider = page.locator(".widget-slider", has_text="batch B").first
-            slider.scroll_into_view_if_needed()
-            handle = slider.locator(".noUi-handle").first
-            handle.click()
-            for _ in range(4):
-                handle.press("ArrowRight")
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
-                ".some(e => e.innerText.includes('bytes saved for backward') && !e.innerText.includes('batch 8,'))",
-                timeout=60_000)
-            changed = panel_output
-            after = changed.inner_text()
-            assert after != before and "batch 8," not in after
-            page.mouse.wheel(0, 300)
-            changed.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / "chapter00_widget.png"))
-
-            # The whole course is served: go to the root in the file browser and open a lab from there.
-            page.click(".jp-BreadCrumbs-home")
-            page.locator(".jp-DirListing-item", has_text="labs").first.dblclick()
-            page.locator(".jp-DirListing-item", has_text="lab00_warmup.ipynb").first.dblclick()
-            page.wait_for_selector(".lm-TabBar-tab.lm-mod-current >> text=lab00_warmup.ipynb", timeout=60_000)
-            # The rendered heading (the markdown cell's hidden editor holds the same text).
-            page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownCell .jp-RenderedMarkdown"
-                                   " >> text=Lab 00", timeout=60_000)
-            page.screenshot(path=str(ARTIFACTS / "lab00_opened_from_file_browser.png"))
+            for path in chapters:
+                seconds = _open_and_run_all(page, base, token, path, timeout_s=480)
+                print(f"{path}: Run All Cells took {seconds:.0f} s in the browser")
+                if path == chapters[0]:
+                    page.wait_for_timeout(3000)  # JupyterLab asks about news a moment after start, if it asks
+                    assert not page.get_by_text("official Jupyter news").count(), "JupyterLab asked about news"
+                    _move_chapter00_widget(page)
+                _save(page, path)
+                if path == chapters[0]:
+                    _open_a_lab_from_the_file_browser(page, base, token)
+            # chapter 00's closing links (relative to the chapter's own path) open its lab and chapter 01
+            for text, opened in (("lab 00", "my-labs/lab00_warmup.ipynb"),
+                                 ("01 · Where the memory goes", "notebooks/01_where_the_memory_goes.ipynb")):
+                page.goto(f"{base}/lab/tree/{chapters[0]}?token={token}")
+                panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+                link = panel.locator(".jp-RenderedMarkdown a", has_text=text).last
+                link.scroll_into_view_if_needed()
+                link.click()
+                page.wait_for_selector(f".lm-TabBar-tab.lm-mod-current:has-text('{Path(opened).name}')",
+                                       timeout=60_000)
+                wait_for_idle_kernel(base, token, page, path=opened)  # the link opened that very file
+            page.screenshot(path=str(ARTIFACTS / "learner_session.png"))
         except Exception:
-            page.screenshot(path=str(ARTIFACTS / "chapter00_failure.png"))
+            page.screenshot(path=str(ARTIFACTS / "learner_session_failure.png"))
             raise
         finally:
             browser.close()
+    assert _git(course, "status", "--porcelain") == "", "running and saving chapters changed the working copy"
+    for path in chapters:
+        assert (course / path).read_bytes() == committed[path]
+        mine = json.loads((course / "my-work" / path).read_text())
+        cells, ran = _executed_code_cells(mine)
+        assert ran == cells, f"my-work/{path}: {ran} of {cells} code cells saved with their run"
+        with urllib.request.urlopen(f"{base}/api/contents/{path}?token={token}", timeout=10) as response:
+            served = json.loads(response.read())["content"]
+        served, mine = nbformat.reads(json.dumps(served), as_version=4), nbformat.read(course / "my-work" / path, 4)
+        assert [c.get("outputs") for c in served.cells] == [c.get("outputs") for c in mine.cells], \
+            f"{path}: JupyterLab does not serve the saved copy"

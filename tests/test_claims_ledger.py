@@ -25,6 +25,16 @@ def test_summary_fits_the_width_and_has_the_legend() -> None:
     assert sum(line.startswith("C") for line in text.splitlines()) == 30
 
 
+def test_summary_prints_every_claim_whole() -> None:
+    """Issue 37: a claim with two verdicts kept only about 40 characters of its text (the line was cut at the
+    terminal's width). Each claim is printed in full, wrapped, after its verdicts."""
+    text = claims_summary(width=100)
+    flat = " ".join(text.split())
+    for cid, (claim, _) in load_claims().items():
+        assert " ".join(claim.split()) in flat, f"{cid} is not printed whole"
+    assert "..." not in text
+
+
 def test_ledger_files(tmp_path: Path) -> None:
     md, html = write_ledger(tmp_path)
     assert "| id" in md.read_text() and "**needs GPU**" in md.read_text()

@@ -5,6 +5,11 @@ a website cannot run them), together with the glossary, the claims (as stated, a
 the instructor's guide and the workshop plan. The toolchain is the one Jupyter Book 1 wraps: Sphinx with
 myst-nb (notebooks and MyST Markdown) and sphinx-book-theme (navigation and search), all from PyPI.
 
+The site is built from the committed versions: HEAD's notebooks/, docs/ and results/ (`git archive`), never from a
+working copy that a run or an edit may have changed, and the command says which uncommitted changes it left out.
+`make book WORKING_TREE=1` (`--working-tree`) builds from the files as they are, e.g. to preview new outputs before
+committing them; outside a git checkout the files as they are are all there is, and the command says so.
+
 Widgets cannot run on a static page: each panel's output carries a static HTML snapshot of its first output
 (utils.widgets), and the site shows that instead of the widget. Links from a chapter to files that are not pages
 (labs, solutions, utils) point at the repository on GitHub.
@@ -13,18 +18,21 @@ Widgets cannot run on a static page: each panel's output carries a static HTML s
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 from utils.hosted import repository_url
-from utils.validate import check_instance, check_str
+from utils.validate import check_bool, check_instance, check_str
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO_ROOT / "build" / "book"
+SOURCES = ("notebooks", "docs", "results")  # what the site is made from
 PAGES = ("docs/glossary.md", "docs/claims.md", "docs/instructors.md", "docs/workshop.md")
 _BADGE = re.compile(r"\[!\[([^\]]*)\]\(https?://[^)\s]+\)\]\((https?://[^)\s]+)\)")
 _NON_PAGE_LINK = re.compile(r"\]\((\.\./)?((?:labs|solutions|utils|results|tests|grading)/[^)\s]*)\)")
@@ -53,8 +61,28 @@ exclude_patterns = ["_build"]
 '''
 
 
-def _chapters() -> list[Path]:
-    return sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+def _chapters(root: Path = REPO_ROOT) -> list[Path]:
+    return sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _committed_copy(repo: Path, dest: Path) -> tuple[str, list[str]] | None:
+    """HEAD's notebooks/, docs/ and results/ extracted into `dest`; returns HEAD's short hash and the working copy's
+    uncommitted changes under those folders (git status lines), or None when `repo` is not a git checkout."""
+    git = ["git", "-C", str(repo)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return None
+    present = subprocess.run([*git, "ls-tree", "--name-only", "HEAD", "--", *SOURCES], capture_output=True,
+                             text=True, check=True).stdout.split()
+    if present:  # (with no path, git archive would take the whole tree)
+        archive = subprocess.run([*git, "archive", "--format=tar", "HEAD", *present], capture_output=True)
+        if archive.returncode != 0:
+            raise RuntimeError("git archive HEAD failed: " + archive.stderr.decode(errors="replace")[-500:])
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(dest, filter="data")
+    status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=all", "--", *SOURCES],
+                            capture_output=True, text=True, check=True).stdout
+    return head.stdout.strip(), [line.strip() for line in status.splitlines() if line.strip()]
 
 
 def _rewrite_links(text: str, url: str) -> str:
@@ -117,53 +145,76 @@ numbers: `make lab` in a clone of the repository, or the Colab and Kaggle links 
 """
 
 
-def prepare(src: Path, url: str | None = None) -> Path:
-    """Write the site's sources into `src` (emptied first): chapters, pages, the ledger, index and conf.py."""
+def prepare(src: Path, url: str | None = None, root: Path = REPO_ROOT) -> Path:
+    """Write the site's sources into `src` (emptied first): chapters, pages, the ledger, index and conf.py, made from
+    the notebooks/, docs/ and results/ under `root` (the repository, or a copy of its committed versions)."""
     src = Path(check_instance("src", src, (str, Path)))
     url = repository_url() if url is None else check_str("url", url)
+    root = Path(check_instance("root", root, (str, Path)))
     if src.exists():
         shutil.rmtree(src)
     (src / "notebooks").mkdir(parents=True)
     (src / "docs").mkdir()
-    chapters = _chapters()
+    chapters = _chapters(root)
     for path in chapters:
         (src / "notebooks" / path.name).write_text(json.dumps(_notebook_for_site(path, url)), encoding="utf-8")
-    pages = [p for p in PAGES if (REPO_ROOT / p).exists()]
+    pages = [p for p in PAGES if (root / p).exists()]
     for page in pages:
-        (src / page).write_text(_rewrite_links((REPO_ROOT / page).read_text(encoding="utf-8"), url),
+        (src / page).write_text(_rewrite_links((root / page).read_text(encoding="utf-8"), url),
                                 encoding="utf-8")
     from utils.results import claims_ledger
 
     (src / "docs" / "claims-ledger.md").write_text(
         "# Claims ledger\n\nWhat each committed run in `results/` measured for each claim, where, and the verdict "
-        "(made by `make claims` from the same files).\n\n" + claims_ledger() + "\n", encoding="utf-8")
+        "(made by `make claims` from the same files).\n\n" + claims_ledger(root / "results") + "\n", encoding="utf-8")
     (src / "index.md").write_text(_index(chapters, pages), encoding="utf-8")
     (src / "conf.py").write_text(CONF.format(url=url), encoding="utf-8")
     return src
 
 
-def build(out: Path = BUILD_DIR) -> Path:
-    """Build the website into `out`/html; returns the path of its index page. Raises RuntimeError with Sphinx's
-    last lines if the build fails."""
+def build(out: Path = BUILD_DIR, working_tree: bool = False) -> tuple[Path, str]:
+    """Build the website into `out`/html from the committed versions (or, with `working_tree`, from the files as
+    they are); returns the path of its index page and a line saying what it was built from. Raises RuntimeError
+    with Sphinx's last lines if the build fails."""
     out = Path(check_instance("out", out, (str, Path)))
-    src = prepare(out / "src")
+    check_bool("working_tree", working_tree)
+    root, said = REPO_ROOT, "Built from the files in your working copy (--working-tree), committed or not."
+    if not working_tree:
+        committed = out / "committed"
+        if committed.exists():
+            shutil.rmtree(committed)
+        committed.mkdir(parents=True)
+        found = _committed_copy(REPO_ROOT, committed)
+        if found is None:
+            said = "Not a git checkout: built from the files as they are."
+        else:
+            root, (head, changed) = committed, found
+            said = f"Built from the committed versions (HEAD {head}) of {', '.join(f'{s}/' for s in SOURCES)}."
+            if changed:
+                shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+                said += (f" Left out, uncommitted: {shown}. `make book WORKING_TREE=1` builds from your working "
+                         "copy instead.")
+    src = prepare(out / "src", root=root)
     html = out / "html"
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", "1", str(src), str(html)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError("the website did not build:\n" + (done.stdout + done.stderr)[-3000:])
-    return html / "index.html"
+    return html / "index.html", said
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the course website (Sphinx + myst-nb) into build/book/html.")
     parser.add_argument("--out", type=Path, default=BUILD_DIR, help="output folder (default build/book)")
+    parser.add_argument("--working-tree", action="store_true",
+                        help="build from the files as they are, not from the committed versions (HEAD)")
     args = parser.parse_args(argv)
     try:
-        index = build(args.out)
+        index, said = build(args.out, working_tree=args.working_tree)
     except RuntimeError as exc:
         print(f"utils.book: {exc}", file=sys.stderr)
         return 1
+    print(said)
     print(f"Website built: {index} (open it in a browser, or serve the folder: "
           f"python -m http.server -d {index.parent})")
     return 0

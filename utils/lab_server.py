@@ -8,6 +8,10 @@ overrides) turn news and update checks off, so a learner sees exactly what the b
 Learners work in `my-labs/` (ignored by git), copied from `labs/` on the first `make lab`; `labs/` stays as
 generated, so editing a lab never breaks `make test`. `make reset-lab N=06` copies one lab afresh (the old copy is
 kept in my-labs/.previous/).
+
+The chapters are never written either: JupyterLab's contents manager is the course's (utils/lab_contents.py), which
+opens notebooks/NN_*.ipynb from the committed file until the learner saves, and writes every save to my-work/
+(ignored by git), reading that copy thereafter. `make reset-chapter N=09` starts a chapter over.
 """
 
 from __future__ import annotations
@@ -28,9 +32,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 FIRST_NOTEBOOK = "notebooks/00_setup_and_environment.ipynb"
 SETTINGS_DIR = Path(__file__).resolve().parent / "lab_settings"
 LABS_DIR, MY_LABS_DIR = REPO_ROOT / "labs", REPO_ROOT / "my-labs"
+# The learner's saved copies of the committed folders' files (utils/lab_contents.py): ignored by git.
+WORK_DIR, COMMITTED_DIRS = "my-work", ("notebooks", "labs", "solutions", "docs")
 # What the file browser does not list: jupyter_server's own defaults, and the install metadata `make env` writes into
 # the repository root (pip install -e .), which a learner has no use for.
-HIDDEN = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.egg-info")
+# The learner's saved copies (my-work/, see utils/lab_contents.py) are not listed either: they are opened under the
+# committed files' own paths (notebooks/NN_*.ipynb), where their links and their kernel's folder are right.
+HIDDEN = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.egg-info", WORK_DIR)
+CONTENTS_MANAGER = "utils.lab_contents.CourseContentsManager"
 
 
 def command(*, port: int, token: str, root: Path = REPO_ROOT, open_browser: bool = True) -> list[str]:
@@ -42,7 +51,8 @@ def command(*, port: int, token: str, root: Path = REPO_ROOT, open_browser: bool
     return [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={Path(root).resolve()}",
             "--LabApp.news_url=None", f"--LabApp.app_settings_dir={SETTINGS_DIR}",
-            f"--ServerApp.default_url=/lab/tree/{FIRST_NOTEBOOK}?file-browser-path=/"] \
+            f"--ServerApp.default_url=/lab/tree/{FIRST_NOTEBOOK}?file-browser-path=/",
+            f"--ServerApp.contents_manager_class={CONTENTS_MANAGER}"] \
         + [f"--ContentsManager.hide_globs={glob}" for glob in HIDDEN] \
         + ([] if open_browser else ["--no-browser"]) + (["--allow-root"] if os.geteuid() == 0 else [])
 
@@ -155,13 +165,54 @@ def reset_lab(number: str, labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LAB
     return target
 
 
+def _work_line(root: Path = REPO_ROOT) -> str:
+    """What `make lab` says about the learner's saved chapters: where they are, and which the course has changed
+    since they were saved (a `git pull`), with how to take the new version."""
+    from utils.lab_contents import MyWork
+
+    work = MyWork(Path(check_instance("root", root, (str, Path))))
+    saved = sorted(work.folder.glob("notebooks/*.ipynb")) if work.folder.is_dir() else []
+    line = (f"Your chapters: saving a chapter writes your copy to {WORK_DIR}/ (git ignores it; notebooks/ stays as "
+            f"committed, so `git pull` always works); JupyterLab opens your copy under the chapter's own name. "
+            f"{len(saved)} saved so far; `make reset-chapter N=09` starts one over.")
+    changed = work.changed()
+    if changed:
+        line += (f"\nUpdated in the course since you saved your copy: {', '.join(changed)}. You still see your copy; "
+                 "`make reset-chapter N=NN` shows the new version (yours is kept in "
+                 f"{WORK_DIR}/.previous/).")
+    status = subprocess.run(["git", "-C", str(work.root), "status", "--porcelain", "--", *COMMITTED_DIRS],
+                            capture_output=True, text=True)
+    entries = status.stdout.splitlines() if status.returncode == 0 else []
+    if entries:
+        in_place = [entry[3:] for entry in entries]
+        first, new = in_place[0].rstrip("/"), entries[0].startswith("??")
+        keep = (f"mkdir -p {WORK_DIR}/{Path(first).parent} && "
+                + (f"mv {first} {WORK_DIR}/{first}" if new else
+                   f"cp {first} {WORK_DIR}/{first} && git checkout -- {first}"))
+        line += (f"\nChanged in place (by an editor, or a JupyterLab started before {WORK_DIR}/ existed): "
+                 f"{', '.join(in_place[:5])}{f' and {len(in_place) - 5} more' if len(in_place) > 5 else ''}; "
+                 f"`git pull` may refuse them. To keep one as your copy: {keep}")
+    return line
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Start JupyterLab on the course (127.0.0.1, with a token).")
     parser.add_argument("--port", type=int, default=8888)
     parser.add_argument("--token", default="", help="default: a random one")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--reset-lab", metavar="NN", help="copy labs/labNN_*.ipynb afresh into my-labs/ and exit")
+    parser.add_argument("--reset-chapter", metavar="NN", help="set your saved copy of chapter NN aside (in "
+                                                              "my-work/.previous/) and exit")
     args = parser.parse_args(argv)
+    if args.reset_chapter is not None:
+        from utils.lab_contents import MyWork
+
+        try:
+            message = MyWork().reset_chapter(args.reset_chapter)
+        except (TypeError, ValueError, LabOpen) as exc:
+            parser.exit(2, f"utils.lab_server: {exc}\n")
+        print(message)
+        return
     if args.reset_lab is not None:
         try:
             fresh = reset_lab(args.reset_lab)
@@ -180,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     copied = copy_labs()
     print(f"Your labs: my-labs/ ({f'{len(copied)} copied from labs/ now' if copied else 'already there'}); work "
           "there (git ignores it), labs/ stays as generated; `make reset-lab N=06` starts one over.", flush=True)
+    print(_work_line(), flush=True)
     url = f"http://127.0.0.1:{args.port}/lab/tree/{FIRST_NOTEBOOK}?token={token}&file-browser-path=/"
     print(f"Starting JupyterLab (a few seconds) ...\nJupyterLab: {url}", flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,

@@ -318,7 +318,8 @@ LEDGER_DIR = REPO_ROOT / "build" / "claims"
 
 
 def claims_summary(root: Path | None = None, width: int = 100) -> str:
-    """One line per claim for a terminal of `width` columns: id, verdicts (with device), the claim; a legend first."""
+    """Each claim for a terminal of `width` columns, a legend first: its id and verdicts (with device), then the claim
+    in full, both wrapped to `width`."""
     _check_root(root)
     check_int("width", width, minimum=40)
     claims = load_claims()
@@ -329,10 +330,12 @@ def claims_summary(root: Path | None = None, width: int = 100) -> str:
             verdicts.setdefault(rec["id"], []).append(f"{rec['verdict']} ({device}, ch{run['chapter'][:2]})")
     legend = ["Verdicts: " + "; ".join(f"{k} = {v}" for k, v in VERDICT_LEGEND.items())]
     lines = [textwrap.fill(legend[0], width=width), ""]
-    for cid, (text, _) in claims.items():
+    for cid, (text, _) in claims.items():  # the claim in full, wrapped under its verdicts (never cut)
         said = "; ".join(verdicts[cid]) or "not yet measured"
-        line = f"{cid}  {said}  | {text}"
-        lines.append(line if len(line) <= width else line[: width - 3] + "...")
+        lines.append(textwrap.fill(said, width=width, initial_indent=f"{cid}  ", subsequent_indent=" " * 5,
+                                   break_on_hyphens=False))
+        lines.append(textwrap.fill(text, width=width, initial_indent=" " * 5 + "| ", subsequent_indent=" " * 7,
+                                   break_on_hyphens=False))
     return "\n".join(lines)
 
 
