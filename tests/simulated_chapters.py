@@ -46,12 +46,7 @@ CAPABILITY_CHAPTERS = [c for c in CHAPTERS if reads_capability(c)]
 T4_SIZE = "quick"
 T4_FIRST = [c for c in CHAPTERS if c[:2] <= "06"]
 T4_SECOND = [c for c in CHAPTERS if c[:2] > "06"]
-QUICK_KNOWN_FAILURES: dict[str, str] = {
-    "09": "issue 33 finding for the estimator (utils/estimate.py traces autocast with CPU semantics): CUDA autocast "
-          "runs torch.pow in FP32 (AT_FORALL_FP32), so HF GPT-2's gelu_new keeps its MLP intermediates in FP32 on a "
-          "GPU and the planned run peaks above its budget (quick size, simulated T4: 4,097,536 of 3,790,233 B; "
-          "3,667,456 B under CPU autocast's policy)",
-}
+QUICK_KNOWN_FAILURES: dict[str, str] = {}  # none since issue 33 (docs/simulation.md, "Findings")
 
 
 def t4_params(notebooks: list[str]) -> list:

@@ -96,6 +96,7 @@ def choices(draw):
         n_gpus=n_gpus,
         offload_optimizer=offload,
         offload_parameters=offload and draw(st.booleans()),
+        capability=draw(st.sampled_from([None, (7, 5), (8, 0), (9, 0)])),  # a T4 counts BF16 math attention
     )
 
 

@@ -14,9 +14,8 @@ from simulated_chapters import CHAPTERS, QUICK_KNOWN_FAILURES, check_chapter
 pytestmark = pytest.mark.skipif(not os.environ.get("COURSE_SIM_QUICK_ALL"),
                                 reason="opt-in: COURSE_SIM_QUICK_ALL=1 (about 20 minutes on 2 cores)")
 
-KNOWN: dict[tuple[str, str], str] = {
-    **{("09", p): QUICK_KNOWN_FAILURES["09"] for p in ("a10g", "h100", "mps")},
-}
+KNOWN: dict[tuple[str, str], str] = {(c[:2], p): QUICK_KNOWN_FAILURES[c[:2]] for c in CHAPTERS
+                                     for p in ("a10g", "h100", "mps") if c[:2] in QUICK_KNOWN_FAILURES}
 
 
 def _params() -> list:
@@ -32,12 +31,7 @@ def test_chapter_at_quick_size(notebook: str, profile: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("notebook", [
-    "07_memory_profiling.ipynb",
-    pytest.param("09_capstone_fit_a_model.ipynb", marks=pytest.mark.xfail(
-        strict=False, reason="issue 33 bug 2 in chapter 09: run_in_budget resets the fraction to 1.0 (a request to "
-                             "the chapter's owner: restore utils.sizes.memory_fraction_in_force())")),
-])
+@pytest.mark.parametrize("notebook", ["07_memory_profiling.ipynb", "09_capstone_fit_a_model.ipynb"])
 def test_course_tier_cap_survives_the_chapter(notebook: str) -> None:
     """Issue 33, bug 2 at chapter level: an H100 rehearsing a T4 (COURSE_TIER=16) ends the chapter still capped at
     the T4's memory (run_notebook's end-state check fails the run otherwise)."""
