@@ -138,3 +138,19 @@ def test_claim_lines_fold_their_criterion() -> None:
     for chapter in ("01", "02", "03", "04"):
         outputs = _outputs(NB[chapter])
         assert "; criterion: " not in outputs and "<summary>criterion" in outputs, chapter
+
+
+def test_units_check_refuses_a_label_read_as_gib() -> None:
+    import pytest
+
+    from utils.glossary import unit_problems
+
+    assert unit_problems('A card sold as "80 GB" has 80 GiB and reports a little less.')
+    assert unit_problems("GPU memory itself is sold in binary units.")
+    assert unit_problems("a 16 GB T4 has 16 GiB")
+    assert not unit_problems('a "16 GB" T4 reports about 14.7 GiB (total_memory).')
+    # the sentence issue 35 quotes from chapter 01 before the fix
+    assert unit_problems('GPU memory itself is sold in binary units: a card sold as "80 GB" has\n80 GiB and reports a '
+                         "little less as its total.")
+    with pytest.raises(TypeError, match="text"):
+        unit_problems(None)
