@@ -12,8 +12,14 @@ GIB = 2**30
 MIB = 2**20
 
 # What torch reports as total memory (torch.cuda.get_device_properties(i).total_memory) for the GPUs workshops
-# rent, in GiB: less than the marketed GB; typical, approximate values (not logged from a run here: the L4 and the
-# A10G are both 24 GB GDDR6 cards). On a GPU the notebook reads the real figure instead.
+# rent, in GiB. A card's "GB" is its product label (docs/glossary.md, "A GPU's memory"); these reported figures are
+# what the course plans with. On a GPU the notebook reads the real figure instead. Sources, torch's out-of-memory
+# messages ("GPU 0 has a total capacity of ..."), which print total_memory in GiB:
+# T4 14.74 GiB on Colab (github.com/zai-org/CogVideo/issues/741, github.com/zyddnys/manga-image-translator/issues/1089);
+# H100 80GB 79.11 GiB (github.com/vllm-project/vllm/issues/27508); A100 80GB 79.15-79.25 GiB (79.25 in
+# github.com/levihsu/OOTDiffusion/issues/235; PCIe and SXM boards differ slightly); RTX 4090 23.68 GiB
+# (github.com/zai-org/CogVideo/issues/36). The A10G, L4 and A100 40GB figures are typical values, not read from a
+# log here (the L4 and the A10G are both 24 GB GDDR6 cards).
 # The 48 GB cards and the H200 as torch's out-of-memory messages print them ("GPU 0 has a total capacity of ..."):
 # RTX A6000 47.54 GiB (ECC off by default); L40S 44.42 GiB (github.com/stepfun-ai/Step-Video-T2V/issues/8, 8 x L40S);
 # H200 139.80 GiB (the course's lent H200 machines report about 139 GiB too); the A40, a 48 GB GDDR6 card with ECC on

@@ -6,7 +6,8 @@ use is not linked. Headings, code, existing links and math are never touched.
 
 `unit_problems(text)` finds decimal byte units (KB, MB, GB, TB) used outside the two places the convention
 allows them: marketed GPU sizes, rates (GB/s),
-sentences that say they are decimal, and claims quoted as commonly stated.
+sentences that say they are decimal, and claims quoted as commonly stated; and sentences that read a GPU's marketed
+"GB" as GiB (a card's "80 GB" is a label; the course plans with the total torch reports, docs/glossary.md).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ _DECIMAL_UNIT = re.compile(r"\b(KB|MB|GB|TB)\b(?!/s)")
 _ALLOWED_CONTEXT = re.compile(
     r"\b(T4|L4|A10G?|A100|H100|H200|B200|V100|RTX\s?\d+|GPU|GPUs|card|marketed|marketing|HBM\d?e?|decimal|[Cc]laims?)\b"
     r"|10\^9|10⁹")
+# A GPU's "GB" is its product label, not a byte count (docs/glossary.md, "A GPU's memory"): prose that equates the label
+# with binary units ('an "80 GB" card has 80 GiB', "sold in binary units") breaks the convention.
+_LABEL_AS_GIB = re.compile(r"\b(\d+)\s*GB\W{0,3}\s*(?:[\w-]+\s+){0,2}?(?:has|is|holds|means|equals|=)\s+"
+                           r"(?:about\s+|exactly\s+)?\1\s*GiB|sold in binary units", re.I)
 
 
 @dataclass(frozen=True)
@@ -141,12 +146,15 @@ def unlinked_terms(cells: list[str], glossary: list[Term]) -> list[str]:
 
 def unit_problems(text: str) -> list[str]:
     """Sentences that use a decimal byte unit (KB/MB/GB/TB) for something other than a marketed GPU size or a
-    rate; the course shows computed bytes in KiB/MiB/GiB."""
+    rate (the course shows computed bytes in KiB/MiB/GiB), or that equate a GPU's marketed "GB" with GiB."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     found = []
     for start, end in _prose_spans(text):
         chunk = text[start:end]
         for sentence in re.split(r"(?<=[.!?])\s+|\n", chunk):
-            if _DECIMAL_UNIT.search(sentence) and not _ALLOWED_CONTEXT.search(sentence):
+            decimal = _DECIMAL_UNIT.search(sentence) and not _ALLOWED_CONTEXT.search(sentence)
+            if decimal or _LABEL_AS_GIB.search(sentence):
                 found.append(sentence.strip())
     return found
 

@@ -78,3 +78,29 @@ def all_judges() -> list[Judge]:
     for mod in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{mod.name}")
     return list(_REGISTRY)
+
+
+def claim_markdown(line: str) -> str:
+    """A `Run.claim` line as Markdown for a notebook: the claim, what was measured and the verdict in the open; the
+    criterion and the run's detail folded in a <details> block, so the lesson reads straight through."""
+    if not isinstance(line, str):
+        raise TypeError(f"line must be the str Run.claim returns, got {type(line).__name__}")
+    head, sep, criterion = line.partition("; criterion: ")
+    if " -> " not in head:
+        raise ValueError(f"line must be a Run.claim line ('C.. (claim): measured ... -> verdict'), got {line!r:.60}")
+
+    def escape(text: str) -> str:  # Markdown would read * and _ as emphasis and < as a tag
+        return text.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_").replace("<", "&lt;")
+
+    shown = escape(head)
+    if not sep:
+        return shown
+    return (f"{shown}\n\n<details><summary>criterion (how the verdict is decided)</summary>\n\n{escape(criterion)}"
+            "\n\n</details>")
+
+
+def show_claim(line: str) -> None:
+    """Display `claim_markdown(line)` in a notebook (the way chapters show each judged claim)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(claim_markdown(line)))

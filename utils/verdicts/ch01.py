@@ -29,8 +29,9 @@ C07_CRITERION = ("holds if saved bytes grow with sequence length at a log-log sl
                  "and with SDPA; depends if only eager attention's slope is >= 1.3; fails if eager's is below 1.3 "
                  "(the thresholds of chapter 05)")
 ARITH_TOLERANCE = 0.05
-C08_CRITERION = ("each of the claim's figures (FP32 weights, 16-bit weights, Adam states) holds if it is within 5% "
-                 "of bytes per element x 7e9 computed here; holds if all do, partly if some do, fails if none does")
+C08_CRITERION = ("each of the claim's figures (FP32 weights, 16-bit weights, Adam states, the last counted as the "
+                 "claim's source counts it: FP32 master copy + two moments, ZeRO's K = 12) holds if it is within 5% of "
+                 "bytes per parameter x 7e9 computed here; holds if all do, partly if some do, fails if none does")
 C09_CRITERION = ("holds if weights + gradients + Adam states (16 B/param x 7e9) and the total with one sequence's "
                  "activations both lie within 5% of 112-114 GB; partly if only the states do; fails otherwise")
 
