@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from utils.architectures import ARCHITECTURES, shape_of_model
+from utils.budget import CAPABILITY
 from utils.estimate import PRESETS
 from utils.plan import GIB, REPORTED_GIB, costs_table, plan, plan_figure, usable_budget
 from utils.tables import format_table
@@ -26,7 +27,7 @@ def plan_report():
             names = ("model_shape", "plan_report")
             wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names
                       or isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "MODELS" for t in n.targets)]
-            namespace = {"plan": plan, "PRESETS": PRESETS, "ARCHITECTURES": ARCHITECTURES,
+            namespace = {"plan": plan, "PRESETS": PRESETS, "ARCHITECTURES": ARCHITECTURES, "GPU_CAPABILITY": CAPABILITY,
                          "shape_of_model": shape_of_model, "usable_budget": usable_budget,
                          "REPORTED_GIB": REPORTED_GIB, "GIB": GIB, "plan_figure": plan_figure,
                          "costs_table": costs_table,

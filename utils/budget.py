@@ -28,6 +28,12 @@ REPORTED_GIB: dict[str, float] = {"T4 (16 GB)": 14.7, "A10G (24 GB)": 22.5, "L4 
                                   "RTX 4090 (24 GB)": 23.6, "A100 (40 GB)": 39.4, "L40S (48 GB)": 44.4,
                                   "A40 (48 GB)": 44.4, "RTX A6000 (48 GB)": 47.5, "A100 (80 GB)": 79.1,
                                   "H100 (80 GB)": 79.1, "H200 (141 GB)": 139.8}
+# Their compute capability (NVIDIA's table, developer.nvidia.com/cuda-gpus): it decides SDPA's kernel for BF16
+# attention (below 8.0 the math kernel, which keeps the probabilities: utils.plan.Choice.capability).
+CAPABILITY: dict[str, tuple[int, int]] = {"T4 (16 GB)": (7, 5), "A10G (24 GB)": (8, 6), "L4 (24 GB)": (8, 9),
+                                          "RTX 4090 (24 GB)": (8, 9), "A100 (40 GB)": (8, 0), "L40S (48 GB)": (8, 9),
+                                          "A40 (48 GB)": (8, 6), "RTX A6000 (48 GB)": (8, 6), "A100 (80 GB)": (8, 0),
+                                          "H100 (80 GB)": (9, 0), "H200 (141 GB)": (9, 0)}
 # Short names (chapter 01's) for the same GPUs.
 GPU_ALIASES: dict[str, str] = {"T4": "T4 (16 GB)", "A10G": "A10G (24 GB)", "L4": "L4 (24 GB)",
                                "RTX 4090": "RTX 4090 (24 GB)", "A100 40GB": "A100 (40 GB)",

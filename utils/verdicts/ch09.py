@@ -16,7 +16,8 @@ def _off(value: float, claimed: float) -> float:
 
 
 C08_CRITERION = ("each of the claim's three figures (FP32 weights 28 GB, BF16 weights 14 GB, Adam's states 84 GB, "
-                 "all for 7.0B parameters) is compared with the bytes per parameter measured here times 7.0B: "
+                 "all for 7.0B parameters; the states as the claim's source counts them, an FP32 master copy plus "
+                 "the two moments) is compared with the bytes per parameter measured here times 7.0B: "
                  "holds if all three are within 10%, partly if some are, fails if none is")
 
 
