@@ -187,8 +187,8 @@ def warm_up_cuda(device: int | str | torch.device | None = None) -> None:
 
     cuBLAS allocates its workspace through the caching allocator the first time a thread runs a matmul on a
     stream (by default 8,519,680 B = 8.125 MiB per handle below sm90, 32 MiB on sm90: CUBLAS_WORKSPACE_CONFIG,
-    aten/src/ATen/cuda/CublasHandlePool.cpp; recent torch can also keep a cuBLASLt workspace per handle and stream,
-    CUBLASLT_WORKSPACE_SIZE, so a thread may hold two); the forward runs on this thread and the
+    aten/src/ATen/cuda/CublasHandlePool.cpp; cuBLASLt reuses that allocation by default on open-source CUDA
+    builds, unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=0 gives it its own); the forward runs on this thread and the
     backward on autograd's device thread, so one small matmul forward AND backward (in FP32 and FP16, with and
     without a bias: cuBLAS and cuBLASLt) creates both. Cheap (a few tiny kernels), so it runs before every
     measurement; its tensors are freed at once, the workspaces stay (they are never freed, even by empty_cache).

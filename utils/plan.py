@@ -145,8 +145,9 @@ class Choice:
     sequence_parallel: bool = False  # the layers' rest (norms, their inputs) split over the t ranks too
     pipeline_stages: int = 1  # p: the layers split into p consecutive stages, one per GPU, 1F1B schedule
     pipeline_chunks: int = 1  # m > 1: the interleaved schedule, m model chunks per stage
-    # The compute capability (major, minor) of the GPU the run targets, or None (a CPU, an Apple GPU, or a GPU the
-    # plan does not name): it decides SDPA's kernel (`attention`); below 8.0 BF16 attention runs the math kernel
+    # The compute capability (major, minor) of the CUDA GPU the run targets, or None (a CPU, or a GPU the plan does
+    # not name): it decides SDPA's kernel (`attention`); below 8.0 BF16 attention runs the math kernel. An Apple GPU
+    # trains with the math kernel in every precision, which this ledger does not count (utils.estimate traces it)
     capability: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:

@@ -193,7 +193,10 @@ class TimingTable:
         if not self.distinct(name, baseline):
             return (f"{name} and {baseline} are not distinguishable on this run ({r - 1:+.0%}, inside the "
                     "interquartile ranges)")
-        return f"{name} is {abs(r - 1):.0%} {'slower' if r > 1 else 'faster'} than {baseline} (outside both spreads)"
+        if r > 1:
+            return f"{name} is {r - 1:.0%} slower than {baseline} (outside both spreads)"
+        return (f"{name} is {1 / r:.1f}x faster than {baseline}: it takes {1 - r:.0%} less time (outside both "
+                "spreads)")
 
     def rows(self, baseline: str | None = None) -> list[tuple[str, str, str, int, str]]:
         """Table rows: name, median ms, IQR ms (and % of the median), samples, and the ratio to `baseline`."""
