@@ -346,7 +346,7 @@ REASONING_TERMS: dict[str, dict[str, str]] = {
     "0.4": {"view": r"\bview|slice", "copy": r"cop(y|ies)|contiguous", "bytes": r"\bbytes?\b|\bB\b",
             "element size or dtype": r"element|fp32|float32|bf16|bfloat16|dtype", "storage": r"storage|alive|keeps"},
     "1.3": {"LayerNorm": r"layer ?norm|\bnorm\b", "Linear inputs": r"linear|qkv|q/k/v|fc1|fc2|input",
-            "tokens": r"token|seq|8,?192", "bytes per element": r"bytes?|fp32|float32|\b4 ?b\b",
+            "tokens": r"token|seq|2,?048", "parallel layout": r"parallel|one layer ?norm|shared|same storage|both", "bytes per element": r"bytes?|fp32|float32|\b4 ?b\b",
             "attention": r"attention|sdpa|softmax|log-?sum-?exp", "GELU": r"gelu|4d|4 ?x ?d|mlp",
             "width": r"d_model|width|4,?096|hidden"},
     "2.4": {"amax": r"amax|max(imum)?\b", "standard deviations": r"standard deviation|\bsd\b|sigma|std|σ",
