@@ -25,7 +25,7 @@ FUNCTIONS = {
     "5.2": ("optimal_segments", "best_segments", "off"),
     "6.2": ("params_changed", "params_changed_truth", "thread"),
     "6.4": ("choose_micro_batches", "fewest_micro_batches", "off"),
-    "7.1": ("read_summary", "summary_truth", "copy"),
+    "7.1": ("read_run", "run_truth", "copy"),
     "7.2": ("kept_loss_bytes", "reference_kept_loss_bytes", "thread"),
     "7.3": ("train_and_log", "reference_train_and_log", "off"),
     "7.5": ("train_with_features", "reference_train_with_features", "copy"),

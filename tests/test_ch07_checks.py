@@ -42,9 +42,9 @@ def _namespace(path: Path) -> dict:
     return ns
 
 
-ARGS = {"7.1": ("read_summary",), "7.2": ("prediction", "reasoning", "kept_loss_bytes"), "7.3": ("train_and_log",),
+ARGS = {"7.1": ("read_run",), "7.2": ("prediction", "reasoning", "kept_loss_bytes"), "7.3": ("train_and_log",),
         "7.4": ("largest_batch_oom_safe",), "7.5": ("train_with_features",)}
-CHECKS = {"7.1": ch07.check_read_summary, "7.2": ch07.check_kept_graph, "7.3": ch07.check_leak_fixed,
+CHECKS = {"7.1": ch07.check_read_run, "7.2": ch07.check_kept_graph, "7.3": ch07.check_leak_fixed,
           "7.4": ch07.check_oom_safe_search, "7.5": ch07.check_features_fixed}
 
 
@@ -68,11 +68,22 @@ def test_untouched_lab_is_not_attempted():
 
 
 def test_tuned_answers_fail_hidden_cases():
-    public = ch07.make_stats(700 * 2**20, 690 * 2**20, 1024 * 2**20, 120 * 2**20, 900 * 2**20, 2, 1)
-    frozen = ch07.summary_truth(public)
-    assert ch07.check_read_summary(lambda stats: dict(frozen)).status == "passed"
+    sol = _namespace(ROOT / "solutions" / "lab07_memory_profiling.ipynb")
+
+    def never_none(snapshots):  # the public runs both leak and one retries: None never comes up there
+        answer = sol["read_run"](snapshots)
+        return {**answer, "leaking_pool": answer["leaking_pool"] or "large_pool",
+                "first_retry_step": answer["first_retry_step"] or 0}
+
+    assert ch07.check_read_run(never_none).status == "failed"  # the small-pool run never retries
+
+    def pool_only_if_total_grows(snapshots):  # both public runs grow in total: a small-pool leak behind a
+        answer = sol["read_run"](snapshots)      # shrinking large pool (held out) is missed
+        return {**answer, "leaking_pool": answer["leaking_pool"] if answer["leak_per_step"] else None}
+
+    assert ch07.check_read_run(pool_only_if_total_grows).status == "passed"
     with pytest.raises(CheckFailed):
-        _hidden()["7.1"](lambda stats: dict(frozen))
+        _hidden()["7.1"](pool_only_if_total_grows)
 
     def search_for_public(step, optimizer, limit):  # answers the two public cases by heart
         return 36 if limit == 1024 else 64
@@ -94,13 +105,20 @@ def test_tuned_answers_fail_hidden_cases():
 def test_classic_mistakes_fail():
     sol = _namespace(ROOT / "solutions" / "lab07_memory_profiling.ipynb")
 
-    # 7.1: the large pool instead of 'all'
-    def large_pool(stats):
-        answer = sol["read_summary"](stats)
-        answer["allocated"] = stats["allocated_bytes.large_pool.current"]
-        return answer
+    # 7.1: the leak measured from the first snapshot (the optimizer's state counted as a leak)
+    def from_first(snapshots):
+        answer = sol["read_run"](snapshots)
+        alloc = [s["allocated_bytes.all.current"] for s in snapshots]
+        return {**answer, "leak_per_step": max(0, (alloc[-1] - alloc[0]) // (len(alloc) - 1))}
 
-    assert ch07.check_read_summary(large_pool).status == "failed"
+    assert ch07.check_read_run(from_first).status == "failed"
+
+    def peak_column(snapshots):  # the peak instead of the current allocation
+        answer = sol["read_run"](snapshots)
+        alloc = [s["allocated_bytes.all.peak"] for s in snapshots]
+        return {**answer, "leak_per_step": max(0, (alloc[-1] - alloc[1]) // (len(alloc) - 2))}
+
+    assert ch07.check_read_run(peak_column).status == "failed"
 
     # 7.2: the classic miscounts of the Llama graph, each a plausible op-by-op count that is wrong
     count = sol["kept_loss_bytes"]

@@ -36,6 +36,7 @@ WORDS = ("Per layer and token, the bytes of weights, gradients and Adam moments 
 # (check name, submission kind) -> why that submission is not tested.
 ALLOWED: dict[tuple[str, str], str] = {
     ("check_packed_bytes", "wrapped reference"): "the reference is the packing formula itself, no measurement",
+    ("check_read_run", "library"): "torch has no reader of a run's memory_stats() trend",
     ("check_packed_bytes", "library"): "torch has no packed-size helper for an arbitrary bit width",
     ("check_saved_bytes", "library"): "torch has no by-dtype saved-tensor counter (utils.measure's total is watched: "
                                       "the course's own implementation)",
@@ -43,8 +44,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("check_format_bytes", "library"): "torch has no byte formatter",
     ("check_new_storage_bytes", "wrapped reference"): "the expected values are literals",
     ("check_new_storage_bytes", "library"): "torch has no allocation counter on the CPU",
-    ("check_checkpoint_every", "wrapped reference"): "the reference is the plain model; the check counts bytes",
-    ("check_checkpoint_every", "library"): "the point: the exercise asks for torch.utils.checkpoint",
+    ("check_checkpoint_decoder", "library"): "the point: the exercise asks for torch.utils.checkpoint",
     ("check_fixed_checkpoint", "wrapped reference"): "the reference is the un-checkpointed block",
     ("check_vit_checkpoint", "library"): "the point: the fix is torch.utils.checkpoint with the right arguments",
     ("check_weighted_accumulation", "wrapped reference"): "the reference is one big-batch backward, not a function",
@@ -292,7 +292,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
         "check_training_states": ((lambda m, o, r: ch04.reference_training_state(m, o, r),),
                                   (_training_state_by_stepping,)),
         "check_recipe": ((lambda c: ch04.reference_recipe(c),), (lambda c: ch04.reference_recipe(c),)),
-        "check_checkpoint_every": (None, None),
+        "check_checkpoint_decoder": ((lambda *a: ch05.plain_decoder(*a),), None),
         "check_optimal_segments": ((*p["check_optimal_segments"], lambda *c: ch05.best_segments(*c)[0]),
                                    (*p["check_optimal_segments"], lambda *c: ch05.best_segments(*c)[0])),
         "check_schedule": ((_schedule_by_reference,), (_schedule_by_reference,)),
@@ -306,7 +306,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
         "check_moe_accumulation": ((lambda *a: ch06._moe_reference(*a),), None),
         "check_weighted_accumulation": (None, None),
         "check_micro_plan": ((_micro_plan_by_estimator,), (_micro_plan_by_estimator,)),
-        "check_read_summary": ((lambda s: ch07.summary_truth(s),), (lambda s: ch07.summary_truth(s),)),
+        "check_read_run": ((lambda s: ch07.run_truth(s),), None),
         "check_kept_graph": ((*p["check_kept_graph"], lambda c, s: ch07.reference_kept_loss_bytes(c, s)),
                              (*p["check_kept_graph"], _kept_by_library)),
         "check_leak_fixed": ((lambda m, o, b: ch07.reference_train_and_log(m, o, b),), None),

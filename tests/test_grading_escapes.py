@@ -69,7 +69,7 @@ def test_the_watch_sees_each_escape_on_one_check(monkeypatch) -> None:
     from utils.checks import ch02, ch07
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
-    ref = ch07.check_read_summary.__globals__["summary_truth"]
+    ref = ch07.check_read_run.__globals__["run_truth"]
 
     def in_a_thread(stats):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -87,12 +87,12 @@ def test_the_watch_sees_each_escape_on_one_check(monkeypatch) -> None:
     pool = concurrent.futures.ThreadPoolExecutor(1)
     pool.submit(int).result()  # a pool left running from an earlier cell
     try:
-        verdict = ch07.check_read_summary(lambda stats: pool.submit(ref, stats).result())
+        verdict = ch07.check_read_run(lambda stats: pool.submit(ref, stats).result())
         assert verdict.status == "failed" and "thread of your code" in verdict.message
     finally:
         pool.shutdown()
-    for answer, seen in ((in_a_thread, "summary_truth"), (hook_off, "sys.setprofile"), (copy, "summary_truth")):
-        verdict = ch07.check_read_summary(answer)
+    for answer, seen in ((in_a_thread, "run_truth"), (hook_off, "sys.setprofile"), (copy, "run_truth")):
+        verdict = ch07.check_read_run(answer)
         assert verdict.status == "failed" and seen in verdict.message, verdict
     numpy_decode = cheat_source("2.1", "check_decode_fp16")
     namespace: dict = {}

@@ -49,34 +49,60 @@ def make_stats(allocated: int, requested: int, reserved: int, non_releasable: in
     return stats
 
 
-def summary_truth(stats: Mapping[str, int]) -> dict[str, int]:
-    allocated, reserved = stats["allocated_bytes.all.current"], stats["reserved_bytes.all.current"]
-    return {"allocated": allocated, "requested": stats["requested_bytes.all.current"], "reserved": reserved,
-            "non_releasable": stats["inactive_split_bytes.all.current"], "cached_free": reserved - allocated,
-            "peak_allocated": stats["allocated_bytes.all.peak"], "retries": stats["num_alloc_retries"],
-            "ooms": stats["num_ooms"]}
+def step_stats(large: int, small: int, non_releasable: int, retries: int) -> dict[str, int]:
+    """A memory_stats() dict taken at the end of a training step: `large` and `small` bytes allocated in the two
+    pools, the cache holding 64 MiB more than the live blocks plus `non_releasable`."""
+    allocated = large + small
+    stats = make_stats(allocated, allocated - allocated // 100, allocated + non_releasable + 64 * 2**20,
+                       non_releasable, 2 * allocated, retries, 0)
+    stats["allocated_bytes.large_pool.current"], stats["allocated_bytes.small_pool.current"] = large, small
+    return stats
 
 
-def expect_summary(read_summary: Callable[[dict], dict], cases: Sequence[dict[str, int]]) -> None:
-    read_summary = guarded(read_summary, summary_truth)
-    for stats in cases:
-        got = read_summary(dict(stats))
+RUN_FIELDS = ("leak_per_step", "leaking_pool", "first_retry_step", "worst_fragmentation_step")
+
+
+def run_truth(snapshots: Sequence[Mapping[str, int]]) -> dict[str, Any]:
+    """What a run's end-of-step memory_stats() snapshots say: the leak per step (from the second snapshot on: the
+    first step also creates the optimizer's state), the pool that grows, the first step with a cudaMalloc retry,
+    the step with the most non-releasable memory."""
+    alloc = [s["allocated_bytes.all.current"] for s in snapshots]
+    growth = {pool: snapshots[-1][f"allocated_bytes.{pool}.current"] - snapshots[1][f"allocated_bytes.{pool}.current"]
+              for pool in ("large_pool", "small_pool")}
+    pool = max(growth, key=lambda k: growth[k])
+    retries = [s["num_alloc_retries"] for s in snapshots]
+    split = [s["inactive_split_bytes.all.current"] for s in snapshots]
+    return {"leak_per_step": max(0, (alloc[-1] - alloc[1]) // (len(alloc) - 2)),
+            "leaking_pool": pool if growth[pool] > 0 else None,
+            "first_retry_step": next((i for i in range(1, len(retries)) if retries[i] > retries[i - 1]), None),
+            "worst_fragmentation_step": split.index(max(split))}
+
+
+def expect_run(read_run: Callable[[list], dict], cases: Sequence[list[dict[str, int]]]) -> None:
+    read_run = guarded(read_run, run_truth)
+    for snapshots in cases:
+        got = read_run([dict(s) for s in snapshots])
         if not isinstance(got, Mapping):
-            raise CheckFailed("a dict with the keys " + ", ".join(SUMMARY_FIELDS), type(got).__name__)
-        truth = summary_truth(stats)
-        for field in SUMMARY_FIELDS:
-            expect_equal(got.get(field), truth[field], f"read_summary(stats)[{field!r}]",
-                         hint="read the pool 'all' and the column 'current' (peak for peak_allocated); "
-                         "non-releasable is inactive_split_bytes; the cache is reserved minus allocated; "
-                         "retries and OOMs are num_alloc_retries and num_ooms.")
+            raise CheckFailed("a dict with the keys " + ", ".join(RUN_FIELDS), type(got).__name__)
+        truth = run_truth(snapshots)
+        for field in RUN_FIELDS:
+            expect_equal(got.get(field), truth[field], f"read_run(<{len(snapshots)} snapshots>)[{field!r}]",
+                         hint="current values of the pool 'all' (a pool's own keys for leaking_pool); the leak from "
+                         "the SECOND snapshot to the last, per step, floored, 0 if it does not grow; the pool whose "
+                         "allocation grows most (None if none grows); a retry is num_alloc_retries going up from "
+                         "one snapshot to the next (None if never); non-releasable is inactive_split_bytes.")
 
 
-def check_read_summary(read_summary: Callable[[dict], dict]) -> Verdict:
-    """Exercise 7.1: read the rows of memory_summary() out of a memory_stats() dict."""
+def check_read_run(read_run: Callable[[list], dict]) -> Verdict:
+    """Exercise 7.1: read a run's trend out of one memory_stats() snapshot per step."""
 
     def body() -> None:
-        expect_summary(read_summary, [make_stats(700 * 2**20, 690 * 2**20, 1024 * 2**20, 120 * 2**20,
-                                                 900 * 2**20, 2, 1)])
+        mib = 2**20
+        leak = [step_stats(900 * mib + 3 * mib * i, 40 * mib, (10 + 7 * (i % 3)) * mib, max(0, i - 3))
+                for i in range(7)]
+        leak[0] = step_stats(600 * mib, 38 * mib, 5 * mib, 0)  # before the optimizer's state exists
+        small = [step_stats(2 * 2**30, 8 * mib + 4096 * i, 30 * mib - mib * i, 0) for i in range(5)]
+        expect_run(read_run, [leak, small])
 
     return run_check("7.1", body, points=1)
 
