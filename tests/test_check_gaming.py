@@ -162,11 +162,19 @@ def _plan_by_planner(cfg: Any, budget: int, effective: int) -> Any:
     return plan(shape_of(cfg), budget, effective, allow_offload=False).choice
 
 
-def _oom_search_by_library(step: Callable, optimizer: Any, limit: int) -> int:
+def _oom_search_by_library(step: Callable, optimizer: Any, effective: int, limit: int) -> tuple[int, int]:
+    """utils.profiling's search and utils.oom's safe step, over the divisors (one retry each)."""
     from utils.oom import run_step_oom_safe
     from utils.profiling import largest_fitting
 
-    return largest_fitting(lambda b: run_step_oom_safe(step, optimizer, b).ok, limit=limit)
+    sizes = [d for d in range(1, limit + 1) if effective % d == 0]
+
+    def fits(i: int) -> bool:
+        return run_step_oom_safe(step, optimizer, sizes[i - 1]).ok or run_step_oom_safe(step, optimizer,
+                                                                                          sizes[i - 1]).ok
+
+    best = largest_fitting(fits, limit=len(sizes))
+    return (sizes[best - 1], effective // sizes[best - 1]) if best else (0, 0)
 
 
 def _largest_batch_by_measuring(cfg: Any, budget: int) -> int:
@@ -311,7 +319,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
                              (*p["check_kept_graph"], _kept_by_library)),
         "check_leak_fixed": ((lambda m, o, b: ch07.reference_train_and_log(m, o, b),), None),
         "check_features_fixed": ((lambda m, o, b: ch07.reference_train_with_features(m, o, b),), None),
-        "check_oom_safe_search": ((_oom_search_by_library,), (_oom_search_by_library,)),
+        "check_micro_batch_plan": ((lambda s, o, e, lim: ch07.micro_plan_truth(2**20, e, lim),), (_oom_search_by_library,)),
         "check_delayed_scaling": ((lambda *a: ch08.reference_delayed_run(*a),), (_delayed_by_chapter_steps,)),
         "check_mx_bytes": ((*p["check_mx_bytes"], _mx_by_reference), (*p["check_mx_bytes"], _mx_by_reference)),
         "check_roundtrip": ((lambda t, f: ch08.reference_roundtrip(t, f),), (_torchao_roundtrip,)),

@@ -12,8 +12,8 @@ from utils.checks.ch07 import (
     expect_bugs_propagate,
     expect_features_fixed,
     expect_kept_loss_bytes,
+    expect_micro_batch_plans,
     expect_no_leak,
-    expect_oom_safe_search,
     expect_run,
     step_stats,
 )
@@ -45,12 +45,15 @@ def leak_cases(train_and_log) -> None:
     expect_no_leak(train_and_log, [(8, 20, 4, 3), (48, 3, 1, 5)])
 
 
-def oom_search_cases(largest_batch_oom_safe) -> None:
-    """Failures in the optimizer step, nothing fits, everything fits, a limit that is not a power of two,
-    and a bug that must propagate."""
-    expect_oom_safe_search(largest_batch_oom_safe, [(5, "optimizer", 1000), (0, "backward", 64),
-                                                    (500, "forward", 96), (1, "optimizer", 3), (63, "backward", 64)])
-    expect_bugs_propagate(largest_batch_oom_safe)
+def micro_plan_cases(plan_micro_batch) -> None:
+    """Failures in the optimizer step, nothing fits, everything fits, a prime effective batch, a flaky size that is
+    not the answer and one that is, a limit below the effective batch, and a bug that must propagate."""
+    expect_micro_batch_plans(plan_micro_batch, [
+        (5, "optimizer", 1000, 1000, frozenset()), (0, "backward", 64, 64, frozenset()),
+        (500, "forward", 96, 96, frozenset()), (20, "backward", 13, 64, frozenset()),
+        (12, "optimizer", 5040, 5040, frozenset({10, 8})), (90, "forward", 360, 100, frozenset({90, 72})),
+        (1, "backward", 7, 3, frozenset({1}))])
+    expect_bugs_propagate(plan_micro_batch)
 
 
 def features_cases(train_with_features) -> None:
@@ -62,6 +65,6 @@ HIDDEN = {
     "7.1": run_cases,
     "7.2": kept_graph_cases,
     "7.3": leak_cases,
-    "7.4": oom_search_cases,
+    "7.4": micro_plan_cases,
     "7.5": features_cases,
 }

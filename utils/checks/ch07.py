@@ -315,15 +315,19 @@ PHASES = ("forward", "backward", "optimizer")
 class BudgetedTrainer:
     """A training step that runs out of memory above a byte budget, like a GPU would: it allocates a batch-sized
     activation, then raises torch.OutOfMemoryError in the phase chosen (after backward filled .grad, if later).
-    It records each trial and keeps weak references to the activations of failed trials."""
+    It records each trial and keeps weak references to the activations of failed trials. A batch size in `flaky`
+    fits the budget but fails its FIRST trial in forward, as a size can right after a larger trial failed (the cache
+    left in pieces: fragmentation); tried again, it trains."""
 
     def __init__(self, budget_samples: int, phase: str = "backward", width: int = 8, seed: int = 0,
-                 error: type[BaseException] | None = None) -> None:
+                 error: type[BaseException] | None = None, flaky: frozenset[int] = frozenset()) -> None:
         torch.manual_seed(seed)
         self.model = nn.Linear(width, 1)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.0)
         self.budget, self.phase, self.width, self.error = budget_samples, phase, width, error
+        self.flaky = set(flaky)
         self.trials: list[int] = []
+        self.trained: list[int] = []  # the trials that trained
         self.failed_activations: list[weakref.ref] = []
 
     def step(self, batch: int) -> float:
@@ -334,6 +338,10 @@ class BudgetedTrainer:
             raise self.error("a bug, not an out-of-memory error")
         activation = torch.randn(batch, self.width)
         over = batch > self.budget
+        if batch in self.flaky:  # fits, but not this first time
+            self.flaky.discard(batch)
+            self.failed_activations.append(weakref.ref(activation))
+            raise torch.OutOfMemoryError(f"CUDA out of memory (at batch {batch}: the cache is fragmented)")
         if over:
             self.failed_activations.append(weakref.ref(activation))
         if over and self.phase == "forward":
@@ -346,25 +354,49 @@ class BudgetedTrainer:
             raise torch.OutOfMemoryError(f"CUDA out of memory (planted in optimizer.step at batch {batch})")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.trained.append(batch)
         return loss.item()
 
 
-def expect_oom_safe_search(largest_batch_oom_safe: Callable, cases: Sequence[tuple[int, str, int]]) -> None:
-    largest_batch_oom_safe = guarded(largest_batch_oom_safe, largest_fitting, run_step_oom_safe, run_oom_safe)
-    for budget, phase, limit in cases:
-        trainer = BudgetedTrainer(budget, phase)
-        got = largest_batch_oom_safe(trainer.step, trainer.optimizer, limit)
+def micro_plan_truth(budget: int, effective: int, limit: int) -> tuple[int, int]:
+    """The largest micro-batch that divides `effective`, is at most `limit` and fits the budget, and the number of
+    accumulation steps it takes; (0, 0) when not even 1 fits."""
+    fitting = [d for d in range(1, min(limit, budget) + 1) if effective % d == 0]
+    return (fitting[-1], effective // fitting[-1]) if fitting else (0, 0)
+
+
+def expect_micro_batch_plans(plan_micro_batch: Callable, cases: Sequence[tuple[int, str, int, int, frozenset[int]]]
+                             ) -> None:
+    """cases: (budget, phase, effective batch, limit, flaky sizes)."""
+    plan_micro_batch = guarded(plan_micro_batch, largest_fitting, run_step_oom_safe, run_oom_safe, micro_plan_truth)
+    for budget, phase, effective, limit, flaky in cases:
+        trainer = BudgetedTrainer(budget, phase, flaky=flaky)
+        got = plan_micro_batch(trainer.step, trainer.optimizer, effective, limit)
         gc.collect()
-        expected = min(budget, limit)
-        expect_equal(got, expected, f"largest_batch_oom_safe(step, optimizer, limit={limit}) with the step running "
-                     f"out of memory above batch {budget} (in {phase})",
-                     hint="catch torch.OutOfMemoryError only; double, then bisect; return 0 if batch 1 fails.")
+        what = (f"plan_micro_batch(step, optimizer, effective={effective}, limit={limit}) with the step running out of "
+                f"memory above batch {budget} (in {phase})" + (f", batch {sorted(flaky)} failing once" if flaky else ""))
+        expect_equal(got, micro_plan_truth(budget, effective, limit), what,
+                     hint="the candidates are the divisors of the effective batch up to the limit: bisect over that "
+                     "list; catch torch.OutOfMemoryError only, and try a size that failed once more (after "
+                     "gc.collect() and torch.cuda.empty_cache()) before counting it as too big; (0, 0) if 1 fails.")
         if not trainer.trials:
             raise CheckFailed("a search that calls step(batch)", "no trial at all",
                               "the answer must come from trials of the step, not from a number written down.")
-        bound = 2 * max(1, math.ceil(math.log2(max(limit, 2)))) + 2
+        candidates = sum(1 for d in range(1, limit + 1) if effective % d == 0)
+        bound = 4 * max(1, math.ceil(math.log2(max(candidates, 2)))) + 4
         if len(trainer.trials) > bound:
-            raise CheckFailed(f"at most {bound} trials (double, then bisect)", f"{len(trainer.trials)} trials")
+            raise CheckFailed(f"at most {bound} trials (a bisection over the {candidates} divisors, each failure "
+                              "retried once)", f"{len(trainer.trials)} trials: {trainer.trials[:12]}...")
+        best, _ = micro_plan_truth(budget, effective, limit)
+        above = next((d for d in range(best + 1, limit + 1) if effective % d == 0), None)
+        if (best and best not in trainer.trained) or (above is not None and trainer.trials.count(above) < 2):
+            raise CheckFailed(f"trials that prove the answer: {best or 1} {'trained' if best else 'failed twice'}"
+                              + (f", {above} failed twice" if above and best else ""),
+                              f"trials {trainer.trials} (trained: {trainer.trained})",
+                              "the answer must come from the step's own trials, each failure retried once.")
+        if any(effective % b for b in trainer.trials):
+            raise CheckFailed("trials of divisors of the effective batch only", f"trials {trainer.trials}",
+                              "accumulation needs equal micro-batches: a size that does not divide is no plan.")
         if any(p.grad is not None for p in trainer.model.parameters()):
             raise CheckFailed("no .grad left after the search", "a filled .grad",
                               "an OOM after backward skips the step's own zero_grad: call "
@@ -376,22 +408,24 @@ def expect_oom_safe_search(largest_batch_oom_safe: Callable, cases: Sequence[tup
                               "string if you want the message, and retry after the except block.")
 
 
-def expect_bugs_propagate(largest_batch_oom_safe: Callable) -> None:
-    largest_batch_oom_safe = guarded(largest_batch_oom_safe, largest_fitting, run_step_oom_safe, run_oom_safe)
+def expect_bugs_propagate(plan_micro_batch: Callable) -> None:
+    plan_micro_batch = guarded(plan_micro_batch, largest_fitting, run_step_oom_safe, run_oom_safe, micro_plan_truth)
     trainer = BudgetedTrainer(4, error=ValueError)
     try:
-        largest_batch_oom_safe(trainer.step, trainer.optimizer, 16)
+        plan_micro_batch(trainer.step, trainer.optimizer, 16, 16)
     except ValueError:
         return
     raise CheckFailed("a ValueError from the step to propagate (it is a bug, not a full GPU)", "it was swallowed",
                       "catch torch.OutOfMemoryError, not Exception.")
 
 
-def check_oom_safe_search(largest_batch_oom_safe: Callable) -> Verdict:
-    """Exercise 7.4: the largest batch a step trains with, surviving its out-of-memory errors cleanly."""
+def check_micro_batch_plan(plan_micro_batch: Callable) -> Verdict:
+    """Exercise 7.4: the largest micro-batch that divides an effective batch and trains, found by trials that
+    survive out-of-memory errors (a transient one included)."""
 
     def body() -> None:
-        expect_oom_safe_search(largest_batch_oom_safe, [(36, "backward", 1024), (100, "forward", 64)])
+        expect_micro_batch_plans(plan_micro_batch, [(7, "backward", 720, 720, frozenset()),
+                                                    (40, "forward", 96, 64, frozenset({32}))])
 
     return run_check("7.4", body, points=2)
 
