@@ -156,10 +156,12 @@ def _training_state_by_stepping(model: nn.Module, optimizer: str, recipe: str) -
 
 
 def _plan_by_planner(cfg: Any, budget: int, effective: int) -> Any:
+    """utils.plan's planner for the Choice; the evaluation batch by the check's own measurement."""
     from utils.estimate import shape_of
     from utils.plan import plan
 
-    return plan(shape_of(cfg), budget, effective, allow_offload=False).choice
+    choice = plan(shape_of(cfg), budget, effective, allow_offload=False).choice
+    return choice, max([1, *(b for b in (1, 2, 4, 8, 16, 32, 64) if ch09.eval_peak(cfg, choice, b) <= budget)])
 
 
 def _oom_search_by_library(step: Callable, optimizer: Any, effective: int, limit: int) -> tuple[int, int]:
