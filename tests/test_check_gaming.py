@@ -161,7 +161,9 @@ def _plan_by_planner(cfg: Any, budget: int, effective: int) -> Any:
     from utils.plan import plan
 
     choice = plan(shape_of(cfg), budget, effective, allow_offload=False).choice
-    return choice, max([1, *(b for b in (1, 2, 4, 8, 16, 32, 64) if ch09.eval_peak(cfg, choice, b) <= budget)])
+    sizes = (1, 2, 4, 8, 16, 32, 64)
+    return choice, max([1, *(b for b, peak in zip(sizes, ch09.eval_peaks(cfg, choice, sizes), strict=True)
+                             if peak <= budget)])
 
 
 def _oom_search_by_library(step: Callable, optimizer: Any, effective: int, limit: int) -> tuple[int, int]:

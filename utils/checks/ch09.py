@@ -259,10 +259,11 @@ def check_finetune(finetune: Callable[..., Any]) -> Verdict:
 EVAL_LIMIT = 64  # the largest evaluation batch asked for
 
 
-def eval_peak(cfg: GPTConfig, choice: Choice, eval_batch: int) -> int:
-    """The measured peak of one evaluation of GPT(cfg) trained as `choice` says (full fine-tuning): the loss of
-    `eval_batch` sequences under torch.no_grad() (and the plan's autocast), while the weights and the optimizer's
-    state, created by one training step, stay resident, as they do when a run evaluates between steps."""
+def eval_peaks(cfg: GPTConfig, choice: Choice, eval_batches: Sequence[int]) -> list[int]:
+    """The measured peak of one evaluation of GPT(cfg) trained as `choice` says (full fine-tuning) at each of
+    `eval_batches`: the loss of that many sequences under torch.no_grad() (and the plan's autocast), while the
+    weights and the optimizer's state, created by one training step, stay resident, as they do when a run evaluates
+    between steps (one setup for all the batches: a torchao optimizer's first step is the slow part)."""
     torch.manual_seed(0)
     model = GPT(cfg)
     if choice.precision == "bf16":
@@ -277,20 +278,23 @@ def eval_peak(cfg: GPTConfig, choice: Choice, eval_batch: int) -> int:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        xe, ye = gpt_batch(cfg, eval_batch, seed=1)
+        peaks = []
+        for eval_batch in eval_batches:
+            xe, ye = gpt_batch(cfg, eval_batch, seed=1)
 
-        def evaluate() -> float:
-            with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=auto):
-                return model(xe, ye).item()
+            def evaluate(xe: torch.Tensor = xe, ye: torch.Tensor = ye) -> float:
+                with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=auto):
+                    return model(xe, ye).item()
 
-        return step_peak(evaluate, model, opt, warmup=0)
+            peaks.append(step_peak(evaluate, model, opt, warmup=0))
+        return peaks
 
 
 def expect_plan(make_plan: Callable[[GPTConfig, int, int], tuple], cfg: GPTConfig, budget: int, effective: int,
                 steps: int = 4) -> None:
     # the planner and its private search, while it has one (utils/plan.py is another helper's)
     helpers = [h for h in (getattr(utils.plan, "_largest_micro_batch", None),) if callable(h)]
-    make_plan = guarded(make_plan, plan, eval_peak, *helpers)
+    make_plan = guarded(make_plan, plan, eval_peaks, *helpers)
     answer = make_plan(cfg, budget, effective)
     if not (isinstance(answer, tuple) and len(answer) == 2):
         raise CheckFailed("a tuple (Choice, eval_batch)", type(answer).__name__, "return (Choice(...), eval_batch).")
@@ -316,14 +320,14 @@ def expect_plan(make_plan: Callable[[GPTConfig, int, int], tuple], cfg: GPTConfi
         raise CheckFailed("a loss that goes down", f"{losses[0]:.3f} -> {losses[-1]:.3f}", "a plan must still train.")
     if isinstance(eval_batch, bool) or not isinstance(eval_batch, int) or not 1 <= eval_batch <= EVAL_LIMIT:
         raise CheckFailed(f"an evaluation batch from 1 to {EVAL_LIMIT}", repr(eval_batch))
-    measured = eval_peak(cfg, choice, eval_batch)
+    bigger = min(EVAL_LIMIT, eval_batch * 5 // 4 + 1)
+    measured, above = eval_peaks(cfg, choice, [eval_batch, bigger])
     if measured > budget:
         raise CheckFailed(f"an evaluation of {eval_batch} sequences within {budget:,} B with the plan's states "
                           "resident", f"a measured peak of {measured:,} B",
                           "evaluation runs between steps: the weights and the optimizer's state are still there, "
                           "and no_grad does not shrink the logits and the loss's log-probabilities.")
-    bigger = min(EVAL_LIMIT, eval_batch * 5 // 4 + 1)
-    if eval_batch < EVAL_LIMIT and eval_peak(cfg, choice, bigger) <= budget:
+    if eval_batch < EVAL_LIMIT and above <= budget:
         raise CheckFailed("the largest evaluation batch that fits (within a quarter)",
                           f"{eval_batch}, but {bigger} sequences also fit",
                           "measure the evaluation's peak at two small batches: it grows linearly with the batch.")
