@@ -20,11 +20,8 @@ from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expe
 from utils.oom import run_oom_safe, run_step_oom_safe
 from utils.profiling import graph_held_bytes, largest_fitting
 
+
 # 7.1 ------------------------------------------------------------------------------------------------------------
-SUMMARY_FIELDS = ("allocated", "requested", "reserved", "non_releasable", "cached_free", "peak_allocated",
-                  "retries", "ooms")
-
-
 def make_stats(allocated: int, requested: int, reserved: int, non_releasable: int, peak: int, retries: int,
                ooms: int, large_share: float = 0.8) -> dict[str, int]:
     """A dict shaped like torch.cuda.memory_stats(): every core metric for the pools all/large/small and the four
