@@ -45,7 +45,7 @@ WRONG_02 = "def saved_state_bytes(state):\n    return sum(t.numel() * t.element_
 RIGHT_02_ALONE = RIGHT["0.2"]
 # Tuned to the public cases: each passes them and fails the held-out ones.
 TUNED = {
-    "0.1": RIGHT["0.1"].replace("(shape[-1] if shape else 1)", "shape[-1]"),  # fails on a 0-d tensor
+    "0.1": RIGHT["0.1"].replace("if shape else 1", "if shape else 0"),  # a 0-d tensor taken as empty
     "0.2": RIGHT_02_ALONE,
     "0.3": RIGHT["0.3"].replace(">= 1024", "> 1024"),  # 1024 bytes shown as '1024 B'
     "0.4": ("prediction = 262144\nreasoning = 'the slice is a view, contiguous copies it and the cast halves it'\n"
@@ -169,7 +169,7 @@ def test_planted_submissions_get_the_scores_they_deserve(graded):
     assert "dropped" in rows["deleted_checks_sys_exit_huge_output_lab00_warmup.ipynb"]["notes"]
     notes = rows["partly_correct_and_raising_lab00_warmup.ipynb"]["notes"]
     assert "ex 0.1: error: public cases: error: your code raised ZeroDivisionError" in notes, notes
-    assert "ex 0.2: error" in notes and "ex 0.3" not in notes, notes  # 0.2 calls the raising 0.1
+    assert "ex 0.2: failed" in notes and "ex 0.3" not in notes, notes  # 0.2 wrong on its own
     assert "not a readable notebook" in graded["printed"] and "not_a_notebook_lab00_warmup.ipynb" in graded["printed"]
     assert "Lab lab00_warmup" in graded["printed"] and "Points per exercise: 0.1: 1, 0.2: 1, 0.3: 2, 0.4: 2" in \
         graded["printed"]
