@@ -7,7 +7,9 @@ from __future__ import annotations
 
 # exercise: (the learner's function, the check's reference it delegates to, the escape)
 FUNCTIONS = {
-    "1.2": ("count_saved_bytes", "saved_activation_bytes", "thread"),
+    "0.2": ("saved_state_bytes", "written_bytes", "off"),
+    "1.1": ("adam_state_bytes", "adam_truth", "copy"),
+    "1.2": ("count_saved_bytes", "saved_by_dtype_truth", "thread"),
     "1.3": ("measure_block", "block_truth", "off"),
     "1.4": ("block_saved_bytes", "block_formula_truth", "off"),
     "2.2": ("round_to_format", "reference_round", "thread"),
@@ -23,7 +25,7 @@ FUNCTIONS = {
     "5.2": ("optimal_segments", "best_segments", "off"),
     "6.2": ("params_changed", "params_changed_truth", "thread"),
     "6.4": ("choose_micro_batches", "fewest_micro_batches", "off"),
-    "7.1": ("read_summary", "summary_truth", "copy"),
+    "7.1": ("read_run", "run_truth", "copy"),
     "7.2": ("kept_loss_bytes", "reference_kept_loss_bytes", "thread"),
     "7.3": ("train_and_log", "reference_train_and_log", "off"),
     "7.5": ("train_with_features", "reference_train_with_features", "copy"),

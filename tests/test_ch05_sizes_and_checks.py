@@ -59,15 +59,39 @@ def test_schedule_planner_model():
     assert ch05.best_recompute(10, 100, 10, 99) is None
 
 
-def off_by_one(stack, x, every):
-    for i, block in enumerate(stack):
-        x = checkpoint(block, x, use_reentrant=False) if (i + 1) % every == 0 else block(x)
+def first_block_plain(blocks, x, memory, pad_mask):
+    for i, block in enumerate(blocks):
+        x = block(x, memory, pad_mask=pad_mask) if i == 0 else checkpoint(block, x, memory, pad_mask=pad_mask,
+                                                                            use_reentrant=False)
+    return x
+
+
+def memory_detached(blocks, x, memory, pad_mask):
+    for block in blocks:
+        x = checkpoint(lambda h, b=block: b(h, memory.detach(), pad_mask=pad_mask), x, use_reentrant=False)
+    return x
+
+
+def closure(blocks, x, memory, pad_mask):  # honest: memory read from the closure, not passed as an input
+    for block in blocks:
+        x = checkpoint(lambda h, b=block: b(h, memory, pad_mask=pad_mask), x, use_reentrant=False)
+    return x
+
+
+def reentrant(blocks, x, memory, pad_mask):
+    for block in blocks:
+        x = checkpoint(block, x, memory, pad_mask=pad_mask, use_reentrant=True)
     return x
 
 
 def test_wrong_answers_fail_public_checks(monkeypatch):
     monkeypatch.setenv("COURSE_CHECKS_STRICT", "0")
-    assert ch05.check_checkpoint_every(off_by_one).status == "failed"
+    assert ch05.check_checkpoint_decoder(first_block_plain).status == "failed"
+    assert ch05.check_checkpoint_decoder(ch05.plain_decoder).status == "failed"
+    assert ch05.check_checkpoint_decoder(memory_detached).status == "failed"
+    assert ch05.check_checkpoint_decoder(reentrant).status != "passed"
+    assert ch05.check_checkpoint_decoder(closure).status == "passed"
+    hidden()["5.1"](closure)
     assert ch05.check_fixed_checkpoint(
         lambda b, x: checkpoint(b, x, use_reentrant=False, preserve_rng_state=False)).status == "failed"
     assert ch05.check_fixed_checkpoint(lambda b, x: checkpoint(b, x, use_reentrant=False)).status == "failed"
@@ -83,12 +107,13 @@ def hidden():
 
 
 def test_hidden_cases_catch_an_answer_tuned_to_the_public_ones():
-    def tuned(stack, x, every):  # right only for the public strides (2 and 3)
-        for i, block in enumerate(stack):
-            x = checkpoint(block, x, use_reentrant=False) if i % every == 0 and every in (2, 3) else block(x)
+    def tuned(blocks, x, memory, pad_mask):  # keeps the memory's gradient only where the public case trains it
+        memory = memory if x.shape[-1] == 16 else memory.detach()
+        for block in blocks:
+            x = checkpoint(block, x, memory, pad_mask=pad_mask, use_reentrant=False)
         return x
 
-    assert ch05.check_checkpoint_every(tuned).status == "passed"
+    assert ch05.check_checkpoint_decoder(tuned).status == "passed"
     with pytest.raises(ch05.CheckFailed):
         hidden()["5.1"](tuned)
     assert set(hidden()) == {"5.1", "5.2", "5.3", "5.4", "5.5", "5.6"}

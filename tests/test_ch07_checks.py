@@ -42,10 +42,10 @@ def _namespace(path: Path) -> dict:
     return ns
 
 
-ARGS = {"7.1": ("read_summary",), "7.2": ("prediction", "reasoning", "kept_loss_bytes"), "7.3": ("train_and_log",),
-        "7.4": ("largest_batch_oom_safe",), "7.5": ("train_with_features",)}
-CHECKS = {"7.1": ch07.check_read_summary, "7.2": ch07.check_kept_graph, "7.3": ch07.check_leak_fixed,
-          "7.4": ch07.check_oom_safe_search, "7.5": ch07.check_features_fixed}
+ARGS = {"7.1": ("read_run",), "7.2": ("prediction", "reasoning", "kept_loss_bytes"), "7.3": ("train_and_log",),
+        "7.4": ("plan_micro_batch",), "7.5": ("train_with_features",)}
+CHECKS = {"7.1": ch07.check_read_run, "7.2": ch07.check_kept_graph, "7.3": ch07.check_leak_fixed,
+          "7.4": ch07.check_micro_batch_plan, "7.5": ch07.check_features_fixed}
 
 
 def test_solutions_pass_public_and_hidden():
@@ -68,23 +68,40 @@ def test_untouched_lab_is_not_attempted():
 
 
 def test_tuned_answers_fail_hidden_cases():
-    public = ch07.make_stats(700 * 2**20, 690 * 2**20, 1024 * 2**20, 120 * 2**20, 900 * 2**20, 2, 1)
-    frozen = ch07.summary_truth(public)
-    assert ch07.check_read_summary(lambda stats: dict(frozen)).status == "passed"
+    sol = _namespace(ROOT / "solutions" / "lab07_memory_profiling.ipynb")
+
+    def never_none(snapshots):  # the public runs both leak and one retries: None never comes up there
+        answer = sol["read_run"](snapshots)
+        return {**answer, "leaking_pool": answer["leaking_pool"] or "large_pool",
+                "first_retry_step": answer["first_retry_step"] or 0}
+
+    assert ch07.check_read_run(never_none).status == "failed"  # the small-pool run never retries
+
+    def pool_only_if_total_grows(snapshots):  # both public runs grow in total: a small-pool leak behind a
+        answer = sol["read_run"](snapshots)      # shrinking large pool (held out) is missed
+        return {**answer, "leaking_pool": answer["leaking_pool"] if answer["leak_per_step"] else None}
+
+    assert ch07.check_read_run(pool_only_if_total_grows).status == "passed"
     with pytest.raises(CheckFailed):
-        _hidden()["7.1"](lambda stats: dict(frozen))
+        _hidden()["7.1"](pool_only_if_total_grows)
 
-    def search_for_public(step, optimizer, limit):  # answers the two public cases by heart
-        return 36 if limit == 1024 else 64
+    def search_for_public(step, optimizer, effective, limit):  # answers the two public cases by heart
+        return (6, 120) if effective == 720 else (32, 3)
 
-    assert ch07.check_oom_safe_search(search_for_public).status == "failed"  # it never calls the step
+    assert ch07.check_micro_batch_plan(search_for_public).status == "failed"  # it never calls the step
 
-    def search_tuned(step, optimizer, limit):  # calls the step, but returns the public answers
-        step(1)
-        optimizer.zero_grad(set_to_none=True)
-        return 36 if limit == 1024 else 64
+    def search_tuned(step, optimizer, effective, limit):  # tries only what proves the public answers
+        best, above = (6, 8) if effective == 720 else (32, 48)
+        for batch in (best, best, above, above):
+            try:
+                step(batch)
+            except torch.OutOfMemoryError:
+                pass
+            finally:
+                optimizer.zero_grad(set_to_none=True)
+        return best, effective // best
 
-    assert ch07.check_oom_safe_search(search_tuned).status == "passed"
+    assert ch07.check_micro_batch_plan(search_tuned).status == "passed"
     with pytest.raises(CheckFailed):
         _hidden()["7.4"](search_tuned)
     with pytest.raises(CheckFailed):
@@ -94,13 +111,20 @@ def test_tuned_answers_fail_hidden_cases():
 def test_classic_mistakes_fail():
     sol = _namespace(ROOT / "solutions" / "lab07_memory_profiling.ipynb")
 
-    # 7.1: the large pool instead of 'all'
-    def large_pool(stats):
-        answer = sol["read_summary"](stats)
-        answer["allocated"] = stats["allocated_bytes.large_pool.current"]
-        return answer
+    # 7.1: the leak measured from the first snapshot (the optimizer's state counted as a leak)
+    def from_first(snapshots):
+        answer = sol["read_run"](snapshots)
+        alloc = [s["allocated_bytes.all.current"] for s in snapshots]
+        return {**answer, "leak_per_step": max(0, (alloc[-1] - alloc[0]) // (len(alloc) - 1))}
 
-    assert ch07.check_read_summary(large_pool).status == "failed"
+    assert ch07.check_read_run(from_first).status == "failed"
+
+    def peak_column(snapshots):  # the peak instead of the current allocation
+        answer = sol["read_run"](snapshots)
+        alloc = [s["allocated_bytes.all.peak"] for s in snapshots]
+        return {**answer, "leak_per_step": max(0, (alloc[-1] - alloc[1]) // (len(alloc) - 2))}
+
+    assert ch07.check_read_run(peak_column).status == "failed"
 
     # 7.2: the classic miscounts of the Llama graph, each a plausible op-by-op count that is wrong
     count = sol["kept_loss_bytes"]
@@ -167,12 +191,13 @@ def test_classic_mistakes_fail():
 
     assert ch07.check_leak_fixed(grads_left).status == "failed"
 
-    # 7.4: no finally (gradients left), exception kept, Exception caught, linear search
-    def search(zero_grad_always=True, keep=False, catch=torch.OutOfMemoryError, linear=False):
+    # 7.4: no finally (gradients left), exception kept, Exception caught, no retry, a scan, every size tried
+    def search(zero_grad_always=True, keep=False, catch=torch.OutOfMemoryError, retry=True, scan=False,
+               divisors=True):
         kept = []
 
-        def largest(step, optimizer, limit):
-            def fits(b):
+        def plan(step, optimizer, effective, limit):
+            def trains(b):
                 try:
                     step(b)
                     optimizer.zero_grad(set_to_none=True)
@@ -184,35 +209,30 @@ def test_classic_mistakes_fail():
                         optimizer.zero_grad(set_to_none=True)
                     return False
 
-            if linear:
-                b = 0
-                while b < limit and fits(b + 1):
-                    b += 1
-                return b
-            return sol["largest_batch_oom_safe"].__wrapped__(fits, limit) if hasattr(
-                sol["largest_batch_oom_safe"], "__wrapped__") else _bisect(fits, limit)
+            def fits(b):
+                return trains(b) or (retry and trains(b))
 
-        return largest
+            sizes = [d for d in range(1, limit + 1) if not divisors or effective % d == 0]
+            if scan:
+                best = next((d for d in reversed(sizes) if fits(d)), 0)
+                return (best, effective // best) if best else (0, 0)
+            if not fits(1):
+                return 0, 0
+            good, bad = 0, len(sizes)
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                good, bad = (mid, bad) if fits(sizes[mid]) else (good, mid)
+            return sizes[good], effective // sizes[good]
 
-    def _bisect(fits, limit):
-        if not fits(1):
-            return 0
-        good, bad = 1, None
-        while bad is None and good < limit:
-            c = min(2 * good, limit)
-            good, bad = (c, None) if fits(c) else (good, c)
-        if bad is None:
-            return good
-        while bad - good > 1:
-            mid = (good + bad) // 2
-            good, bad = (mid, bad) if fits(mid) else (good, mid)
-        return good
+        return plan
 
-    assert ch07.check_oom_safe_search(search()).status == "passed"
-    assert ch07.check_oom_safe_search(search(zero_grad_always=False)).status == "failed"
-    assert ch07.check_oom_safe_search(search(keep=True)).status == "failed"
-    assert ch07.check_oom_safe_search(search(linear=True)).status == "failed"
-    assert ch07.check_oom_safe_search(search(catch=Exception)).status == "passed"  # public cases cannot tell ...
+    assert ch07.check_micro_batch_plan(search()).status == "passed"
+    assert ch07.check_micro_batch_plan(search(zero_grad_always=False)).status == "failed"
+    assert ch07.check_micro_batch_plan(search(keep=True)).status == "failed"
+    assert ch07.check_micro_batch_plan(search(retry=False)).status == "failed"
+    assert ch07.check_micro_batch_plan(search(scan=True)).status == "failed"
+    assert ch07.check_micro_batch_plan(search(divisors=False)).status == "failed"
+    assert ch07.check_micro_batch_plan(search(catch=Exception)).status == "passed"  # public cases cannot tell ...
     with pytest.raises(CheckFailed, match="propagate"):
         _hidden()["7.4"](search(catch=Exception))  # ... the hidden ones can
 

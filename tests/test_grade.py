@@ -26,8 +26,11 @@ LAB = ROOT / "labs" / "lab00_warmup.ipynb"
 SOLUTION = ROOT / "solutions" / "lab00_warmup.ipynb"
 
 RIGHT = {
-    "0.1": "def tensor_bytes(t):\n    return t.numel() * t.element_size()",
-    "0.2": "def unique_parameter_bytes(model):\n    return sum(tensor_bytes(p) for p in model.parameters())",
+    "0.1": ("def packed_bytes(shape, bits):\n    rows = 1\n    for s in shape[:-1]:\n        rows *= s\n"
+            "    return rows * (((shape[-1] if shape else 1) * bits + 7) // 8)"),
+    "0.2": ("def saved_state_bytes(state):\n"
+            "    seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in state.values()}\n"
+            "    return sum(seen.values())"),
     "0.3": ("def format_bytes(n):\n    value, unit = n, 0\n    while value >= 1024 and unit < 4:\n"
             "        value, unit = value / 1024, unit + 1\n"
             "    return f'{n} B' if unit == 0 else f'{value:.2f} ' + ['B', 'KiB', 'MiB', 'GiB', 'TiB'][unit]"),
@@ -38,13 +41,11 @@ RIGHT = {
 }
 FULL = {"0.1": 1, "0.2": 1, "0.3": 2, "0.4": 2}
 NONE = dict.fromkeys(FULL, 0)
-WRONG_02 = ("def unique_parameter_bytes(model):\n"
-            "    return sum(tensor_bytes(p) for m in model.modules() for p in m.parameters(recurse=False)) * 2")
-RIGHT_02_ALONE = ("def unique_parameter_bytes(model):\n"
-                  "    return sum(p.numel() * p.element_size() for p in model.parameters())")
+WRONG_02 = "def saved_state_bytes(state):\n    return sum(t.numel() * t.element_size() for t in state.values()) * 2"
+RIGHT_02_ALONE = RIGHT["0.2"]
 # Tuned to the public cases: each passes them and fails the held-out ones.
 TUNED = {
-    "0.1": "def tensor_bytes(t):\n    return t.untyped_storage().nbytes()",  # storage, not elements
+    "0.1": RIGHT["0.1"].replace("if shape else 1", "if shape else 0"),  # a 0-d tensor taken as empty
     "0.2": RIGHT_02_ALONE,
     "0.3": RIGHT["0.3"].replace(">= 1024", "> 1024"),  # 1024 bytes shown as '1024 B'
     "0.4": ("prediction = 262144\nreasoning = 'the slice is a view, contiguous copies it and the cast halves it'\n"
@@ -61,10 +62,10 @@ print("Exercise 0.1: PASSED (1/1) well done.")
 for ex in ("0.1", "0.2", "0.3", "0.4"):
     display({CHECK_MIME: {"exercise": ex, "status": "passed", "message": "", "points": 2, "max_points": 2,
              "nonce": ""}, "text/plain": "Exercise: PASSED"}, raw=True)
-w.check_tensor_bytes = lambda f: Verdict("0.1", "passed", "faked", 1.0, 1.0)
-w.check_unique_parameter_bytes = lambda f: Verdict("0.2", "passed", "faked", 1.0, 1.0)
-check_tensor_bytes = w.check_tensor_bytes
-check_unique_parameter_bytes = w.check_unique_parameter_bytes"""
+w.check_packed_bytes = lambda f: Verdict("0.1", "passed", "faked", 1.0, 1.0)
+w.check_saved_state_bytes = lambda f: Verdict("0.2", "passed", "faked", 1.0, 1.0)
+check_packed_bytes = w.check_packed_bytes
+check_saved_state_bytes = w.check_saved_state_bytes"""
 
 
 def submission(answers: dict[str, str], *, extra_cell: str | None = None, after: str = "0.1",
@@ -87,13 +88,13 @@ def submission(answers: dict[str, str], *, extra_cell: str | None = None, after:
 
 
 PLANTED = {
-    "partly_correct_and_raising": (submission({**RIGHT, "0.1": "def tensor_bytes(t):\n    return 1 / 0",
+    "partly_correct_and_raising": (submission({**RIGHT, "0.1": "def packed_bytes(shape, bits):\n    return 1 / 0",
                                                "0.2": WRONG_02}, extra_cell="raise RuntimeError('a cell that fails')"),
                                    {**FULL, "0.1": 0, "0.2": 0}),
     # a loop that never ends (sleeping, so that it costs the test run wall time, not CPU)
     "infinite_loop": (submission(RIGHT, extra_cell="import time\nwhile True:\n    time.sleep(0.5)"),
                       {**NONE, "0.1": 1}),
-    "exit_in_answer": (submission({**RIGHT, "0.1": "import sys\ndef tensor_bytes(t):\n    sys.exit(1)",
+    "exit_in_answer": (submission({**RIGHT, "0.1": "import sys\ndef packed_bytes(shape, bits):\n    sys.exit(1)",
                                    "0.2": RIGHT_02_ALONE}), {**FULL, "0.1": 0}),
     "kernel_killed": (submission(RIGHT, extra_cell="import os\nos._exit(0)"), {**NONE, "0.1": 1}),
     "deleted_checks_sys_exit_huge_output": (
@@ -101,7 +102,7 @@ PLANTED = {
                                                        "    for _ in range(40):\n        print('x' * 100_000)"),
         FULL),
     "edited_checks": (submission({}, edit_checks="print('Exercise 0.1: PASSED')"), NONE),
-    "faked_passed": (submission({"0.1": "def tensor_bytes(t):\n    return 0"}, extra_cell=FAKE), NONE),
+    "faked_passed": (submission({"0.1": "def packed_bytes(shape, bits):\n    return 0"}, extra_cell=FAKE), NONE),
     "tuned_to_public": (submission(TUNED), {"0.1": 0.5, "0.2": 1, "0.3": 1, "0.4": 1}),
     "over_memory_cap": (submission(OVER_CAP), {**FULL, "0.4": 0}),
     # right answers, plus an import of what a check compares answers with: nothing autograded counts
@@ -168,7 +169,7 @@ def test_planted_submissions_get_the_scores_they_deserve(graded):
     assert "dropped" in rows["deleted_checks_sys_exit_huge_output_lab00_warmup.ipynb"]["notes"]
     notes = rows["partly_correct_and_raising_lab00_warmup.ipynb"]["notes"]
     assert "ex 0.1: error: public cases: error: your code raised ZeroDivisionError" in notes, notes
-    assert "ex 0.2: error" in notes and "ex 0.3" not in notes, notes  # 0.2 calls the raising 0.1
+    assert "ex 0.2: failed" in notes and "ex 0.3" not in notes, notes  # 0.2 wrong on its own
     assert "not a readable notebook" in graded["printed"] and "not_a_notebook_lab00_warmup.ipynb" in graded["printed"]
     assert "Lab lab00_warmup" in graded["printed"] and "Points per exercise: 0.1: 1, 0.2: 1, 0.3: 2, 0.4: 2" in \
         graded["printed"]
@@ -290,7 +291,7 @@ def test_importing_a_checks_reference_is_reported():
     assert reference_imports(nbformat.read(SOLUTION, as_version=4), lab) == []
     cheat = nbformat.read(SOLUTION, as_version=4)
     cheat.cells.append(nbformat.v4.new_code_cell("import utils.checks.ch02 as c\nfrom grading.hidden import ch02\n"
-                                                 "from utils.checks.warmup import check_tensor_bytes"))
+                                                 "from utils.checks.warmup import check_packed_bytes"))
     assert reference_imports(cheat, lab) == ["grading.hidden:ch02", "utils.checks.ch02"]
     cheat.cells.append(nbformat.v4.new_code_cell("import importlib\nm = importlib.import_module('utils.checks.ch03')"))
     assert "utils.checks.ch03" in reference_imports(cheat, lab)

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cheating_notebooks(folder: Path) -> dict[str, list[str]]:
-    """One cheating submission per lab 01-09 (its other exercises left as handed out); {lab: cheated exercises}."""
+    """One cheating submission per lab 00-09 (its other exercises left as handed out); {lab: cheated exercises}."""
     cheated: dict[str, list[str]] = {}
-    for lab_path in sorted(LABS_DIR.glob("lab0[1-9]_*.ipynb")):
+    for lab_path in sorted(LABS_DIR.glob("lab0[0-9]_*.ipynb")):
         nb = nbformat.read(lab_path, as_version=4)
         checks = {e.id: parse_check_call(e.check)[0] for e in lab_exercises(nb, lab_path.stem) if e.check}
         for cell in nb.cells:
@@ -47,7 +47,7 @@ def test_the_cheats_cover_every_escape():
 @pytest.mark.timeout(1500)
 def test_every_escape_scores_zero(tmp_path):
     cheated = cheating_notebooks(tmp_path)
-    assert sum(map(len, cheated.values())) >= 26
+    assert sum(map(len, cheated.values())) >= 28
     out = tmp_path / "grades"
     done = subprocess.run([sys.executable, "-m", "utils.grade", str(tmp_path), "--jobs", "1", "--time-limit", "240",
                            "--csv-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=1400)
@@ -69,7 +69,7 @@ def test_the_watch_sees_each_escape_on_one_check(monkeypatch) -> None:
     from utils.checks import ch02, ch07
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
-    ref = ch07.check_read_summary.__globals__["summary_truth"]
+    ref = ch07.check_read_run.__globals__["run_truth"]
 
     def in_a_thread(stats):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -87,12 +87,12 @@ def test_the_watch_sees_each_escape_on_one_check(monkeypatch) -> None:
     pool = concurrent.futures.ThreadPoolExecutor(1)
     pool.submit(int).result()  # a pool left running from an earlier cell
     try:
-        verdict = ch07.check_read_summary(lambda stats: pool.submit(ref, stats).result())
+        verdict = ch07.check_read_run(lambda stats: pool.submit(ref, stats).result())
         assert verdict.status == "failed" and "thread of your code" in verdict.message
     finally:
         pool.shutdown()
-    for answer, seen in ((in_a_thread, "summary_truth"), (hook_off, "sys.setprofile"), (copy, "summary_truth")):
-        verdict = ch07.check_read_summary(answer)
+    for answer, seen in ((in_a_thread, "run_truth"), (hook_off, "sys.setprofile"), (copy, "run_truth")):
+        verdict = ch07.check_read_run(answer)
         assert verdict.status == "failed" and seen in verdict.message, verdict
     numpy_decode = cheat_source("2.1", "check_decode_fp16")
     namespace: dict = {}

@@ -54,13 +54,15 @@ def _cell(kind, source, cell_id, course=None, tags=None):
 def fixture_solution() -> nbformat.NotebookNode:
     return new_notebook(cells=[
         _cell("md", "# Lab 42 · A fixture\n\nExercises built the way the chapter labs are.", "f01"),
-        _cell("code", "import torch\n\nfrom utils.checks.warmup import check_new_storage_bytes, check_tensor_bytes",
+        _cell("code", "import torch\n\nfrom utils.checks.warmup import check_new_storage_bytes, check_packed_bytes",
               "f02"),
-        _cell("code", "def tensor_bytes(t):\n    ### BEGIN SOLUTION\n    return t.numel() * t.element_size()\n"
+        _cell("code", "def packed_bytes(shape, bits):\n    ### BEGIN SOLUTION\n"
+                      "    rows = torch.Size(shape[:-1]).numel()\n"
+                      "    return rows * (((shape[-1] if shape else 1) * bits + 7) // 8)\n"
                       "    ### END SOLUTION", "f03",
               {"exercise": "42.1", "points": 1, "kind": "warm-up", "task": "bytes of a tensor's elements",
                "assesses": "numel times element size", "minutes": 5, "mistakes": ["4 bytes for every dtype"]}),
-        _cell("code", "check_tensor_bytes(tensor_bytes)", "f04", {"check": "42.1"}, ["check"]),
+        _cell("code", "check_packed_bytes(packed_bytes)", "f04", {"check": "42.1"}, ["check"]),
         _cell("code", "### BEGIN SOLUTION\nprediction = 512 * 256 * 2\nreasoning = ('a view, a contiguous copy, "
                       "then a BF16 copy that alone stays alive')\n### END SOLUTION\n\n\n"
                       "def new_storage_bytes(fn, x):\n    ### BEGIN SOLUTION\n    y = fn(x)\n"

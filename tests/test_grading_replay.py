@@ -138,8 +138,8 @@ def test_the_sealed_module_holds_no_reference() -> None:
     runner = _runner()
     imports = lab_check_imports(read_notebook(next(LABS_DIR.glob("lab07_*.ipynb"))))
     sealed = runner.sealed_module(ch07, imports["utils.checks.ch07"])
-    assert set(sealed.check_read_summary.__globals__) == {"__builtins__"}
-    assert "summary_truth" not in vars(sealed) and "reference_kept_loss_bytes" not in vars(sealed)
+    assert set(sealed.check_read_run.__globals__) == {"__builtins__"}
+    assert "run_truth" not in vars(sealed) and "reference_kept_loss_bytes" not in vars(sealed)
     trainer = sealed.BudgetedTrainer
     reachable = {n for f in vars(trainer).values() if hasattr(f, "__globals__") for n in f.__globals__}
     assert not {n for n in reachable if "truth" in n or n.startswith(("reference", "check_", "expect_"))}, reachable

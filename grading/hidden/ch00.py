@@ -9,30 +9,31 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from utils.checks.core import expect_equal
-from utils.checks.warmup import expect_formats, expect_new_storage, expect_tensor_bytes
+from utils.checks.warmup import expect_formats, expect_new_storage, expect_packed_bytes, expect_saved_state_bytes
 
 
-def tensor_bytes_cases(tensor_bytes) -> None:
-    """Other dtypes, and slices whose storage is larger than their elements."""
-    expect_tensor_bytes(tensor_bytes, [
-        torch.zeros(5, dtype=torch.float16), torch.zeros(3, 3, dtype=torch.int64), torch.zeros(4, dtype=torch.bool),
-        torch.zeros(2, 2, dtype=torch.complex64), torch.zeros(10, 10)[:2], torch.zeros(6, 6)[::2, ::3]])
+def packed_bytes_cases(packed_bytes) -> None:
+    """A 0-d tensor, empty rows, odd widths that pad every row, 3-bit and 12-bit codes, Llama-3's embedding in FP4."""
+    expect_packed_bytes(packed_bytes, [((), 32), ((3, 0), 4), ((1, 1), 1), ((128256, 4096), 4), ((4, 3), 12),
+                                       ((10, 33), 6), ((2, 2, 7), 3), ((8, 16), 8), ((6, 1), 4)])
 
 
-def unique_parameter_bytes_cases(unique_parameter_bytes) -> None:
-    """FP16, buffers that are not parameters, three modules sharing one weight, frozen parameters."""
-    half = nn.Sequential(nn.Linear(16, 8), nn.Linear(8, 4)).half()
-    expect_equal(unique_parameter_bytes(half), (16 * 8 + 8 + 8 * 4 + 4) * 2, "bytes of an FP16 MLP")
-    norm = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
-    expect_equal(unique_parameter_bytes(norm), (8 * 8 + 8 + 8 + 8) * 4, "bytes of a model with BatchNorm buffers",
-                 hint="running statistics are buffers, not parameters")
+def saved_state_bytes_cases(saved_state_bytes) -> None:
+    """A BF16 model, three views of one storage, a slice cloned (its own bytes only), FP8 and bool tensors, an empty
+    tensor, one weight shared by three modules."""
+    x = torch.zeros(40, 24)
     shared = nn.Linear(12, 12, bias=False)
     trio = nn.ModuleList([shared, nn.Sequential(shared), nn.ModuleDict({"again": shared})])
-    expect_equal(unique_parameter_bytes(trio), 12 * 12 * 4, "bytes of one weight shared by three modules")
-    frozen = nn.Linear(10, 10)
-    frozen.requires_grad_(False)
-    expect_equal(unique_parameter_bytes(frozen), (10 * 10 + 10) * 4, "bytes of a frozen Linear(10, 10)")
+    expect_saved_state_bytes(saved_state_bytes, [
+        ("a BF16 MLP's state_dict", nn.Sequential(nn.Linear(16, 8), nn.Linear(8, 4)).to(torch.bfloat16).state_dict()),
+        ("{'a': x, 'b': x.t(), 'c': x[3:5]}", {"a": x, "b": x.t(), "c": x[3:5]}),
+        ("{'rows': x[:2].clone()}", {"rows": x[:2].clone()}),
+        ("FP8 and bool tensors", {"w8": torch.zeros(33, 7, dtype=torch.float8_e4m3fn),
+                                  "mask": torch.ones(5, 5, dtype=torch.bool)}),
+        ("{'empty': torch.zeros(0)}", {"empty": torch.zeros(0)}),
+        ("one weight shared by three modules", trio.state_dict()),
+        ("a column of a big tensor", {"col": torch.zeros(300, 20, dtype=torch.float64)[:, 3]}),
+    ])
 
 
 def format_bytes_cases(format_bytes) -> None:
@@ -62,8 +63,8 @@ def new_storage_bytes_cases(prediction, reasoning, new_storage_bytes) -> None:
 
 
 HIDDEN = {
-    "0.1": tensor_bytes_cases,
-    "0.2": unique_parameter_bytes_cases,
+    "0.1": packed_bytes_cases,
+    "0.2": saved_state_bytes_cases,
     "0.3": format_bytes_cases,
     "0.4": new_storage_bytes_cases,
 }

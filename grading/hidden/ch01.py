@@ -11,6 +11,8 @@ import torch
 
 from utils.checks.ch01 import (
     MIB,
+    TopOneMoE,
+    TwoHeads,
     expect_adam_state_bytes,
     expect_block_formula,
     expect_block_measurements,
@@ -19,34 +21,46 @@ from utils.checks.ch01 import (
     expect_lora_block,
     expect_no_leak,
     expect_saved_bytes,
+    under_autocast,
 )
-from utils.models import GPT, GPTConfig, cnn, gpt_batch, mlp  # noqa: F401
+from utils.models import GPT, GPTConfig, gpt_batch, mlp
 
 
 def adam_cases(adam_state_bytes) -> None:
-    """BF16 and FP16 models, a frozen middle layer, a CNN with BatchNorm buffers, a wider GPT."""
+    """Head 1 of the two-headed model with amsgrad, a mixture of experts where some expert gets no token, an FP16
+    model, a frozen middle layer, a GPT whose loss uses every parameter."""
     torch.manual_seed(1)
-    half = mlp(12, 24, 3, depth=2).to(torch.bfloat16)
-    fp16 = mlp(5, 7, 2, depth=1).half()
     frozen = mlp(8, 16, 4, depth=3)
     frozen[2].requires_grad_(False)
-    expect_adam_state_bytes(adam_state_bytes, [half, fp16, frozen, cnn(6, 5, 8),
-                                               GPT(GPTConfig(n_layer=2, d_model=48, n_head=6, seq_len=8,
-                                                             vocab_size=33))])
+    torch.manual_seed(3)
+    moe = TopOneMoE(6, 8, 10)
+    cfg = GPTConfig(n_layer=1, d_model=24, n_head=3, seq_len=8, vocab_size=33)
+    expect_adam_state_bytes(adam_state_bytes, [
+        ("a two-headed model running head 1", TwoHeads(5, 9, 3), (torch.randn(4, 5), 1), True),
+        ("a top-1 mixture of 8 experts on 3 tokens", moe, (torch.randn(3, 6),), False),
+        ("the same mixture with amsgrad", moe, (torch.randn(3, 6),), True),
+        ("an FP16 MLP", mlp(5, 7, 2, depth=1).half(), (torch.randn(2, 5, dtype=torch.float16),), False),
+        ("an MLP with a frozen middle layer", frozen, (torch.randn(2, 8),), True),
+        ("a GPT and its loss", GPT(cfg), gpt_batch(cfg, 2), False),
+    ])
 
 
 def saved_cases(count_saved_bytes) -> None:
-    """Views of one tensor, an expanded input, eager attention, a convolution, a BF16 model."""
-    cfg = GPTConfig(n_layer=1, d_model=24, n_head=3, seq_len=12, vocab_size=17, attention="eager")
+    """Views of one tensor, an expanded input, a convolution, a BF16 model, an SDPA GPT under autocast, a model
+    that is itself BF16 under autocast."""
+    cfg = GPTConfig(n_layer=1, d_model=24, n_head=3, seq_len=12, vocab_size=17)
     x = torch.randn(8, 8, requires_grad=True)
     e = torch.randn(1, 6, requires_grad=True)
     expect_saved_bytes(count_saved_bytes, [
         ("x[:4] * x[4:] (two views of one storage)", lambda a: a[:4] * a[4:], (x,)),
-        ("a GPT with eager attention", GPT(cfg), gpt_batch(cfg, 3, seed=4)),
         ("a convolution and a ReLU", torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()),
          (torch.randn(2, 3, 8, 8),)),
         ("an expanded input times itself", lambda a: a.expand(5, 6) * a.expand(5, 6).sin(), (e,)),
         ("a BF16 MLP", mlp(6, 10, 2).to(torch.bfloat16), (torch.randn(3, 6, dtype=torch.bfloat16),)),
+        ("a GPT's logits under BF16 autocast", under_autocast(GPT(cfg)), (gpt_batch(cfg, 3, seed=4)[0],)),
+        ("an MLP under BF16 autocast", under_autocast(mlp(8, 32, 4, depth=3)), (torch.randn(5, 8),)),
+        ("a BF16 MLP under autocast", under_autocast(mlp(6, 10, 2).to(torch.bfloat16)),
+         (torch.randn(3, 6, dtype=torch.bfloat16),)),
     ])
 
 
@@ -56,11 +70,12 @@ def block_prediction_cases(prediction, reasoning, measure_block) -> None:
 
 
 def block_formula_cases(block_saved_bytes) -> None:
-    """Odd shapes, long sequences, one-token sequences, many heads, both attentions and precisions."""
+    """Odd shapes, one-token sequences, many heads, both attentions and precisions; PaLM-like and 70B-wide blocks
+    by formula."""
     expect_block_formula(block_saved_bytes, [
         (3, 17, 40, 5, "eager", "fp32"), (1, 1, 8, 1, "sdpa", "fp32"), (5, 100, 48, 12, "eager", "bf16-mixed"),
-        (2, 2048, 2048, 16, "sdpa", "fp32"), (1, 8192, 8192, 64, "eager", "bf16-mixed"),
-        (7, 9, 36, 4, "sdpa", "bf16-mixed"),
+        (7, 9, 36, 4, "sdpa", "bf16-mixed"), (2, 2048, 2048, 16, "sdpa", "fp32"),
+        (1, 8192, 8192, 64, "eager", "bf16-mixed"), (1, 1, 8, 2, "eager", "bf16-mixed"),
     ])
 
 

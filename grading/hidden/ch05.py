@@ -7,7 +7,7 @@ other depths, strides, widths, hidden multipliers, budgets, dropout and drop-pat
 from __future__ import annotations
 
 from utils.checks.ch05 import (
-    expect_checkpoint_every,
+    expect_checkpointed_decoder,
     expect_fixed_checkpoint,
     expect_optimal_segments,
     expect_schedule,
@@ -16,9 +16,10 @@ from utils.checks.ch05 import (
 )
 
 
-def every_cases(checkpoint_every) -> None:
-    """A stride of 1 (every block), a stride larger than the stack, an odd stack, one token."""
-    expect_checkpoint_every(checkpoint_every, [(5, 1, 3, 8), (4, 9, 2, 8), (9, 4, 1, 12), (8, 8, 5, 4)])
+def decoder_cases(checkpoint_decoder) -> None:
+    """One block, one target token, a trained memory longer than the target, a deeper decoder, a wider one."""
+    expect_checkpointed_decoder(checkpoint_decoder, [(1, 3, 1, 9, 8, True), (5, 2, 6, 3, 4, True),
+                                                     (4, 1, 2, 12, 12, False), (2, 2, 3, 5, 24, True)])
 
 
 def optimum_cases(prediction, reasoning, optimal_segments) -> None:
@@ -51,7 +52,7 @@ def vit_checkpoint_cases(vit_forward) -> None:
 
 
 HIDDEN = {
-    "5.1": every_cases,
+    "5.1": decoder_cases,
     "5.2": optimum_cases,
     "5.3": schedule_cases,
     "5.4": fixed_checkpoint_cases,

@@ -12,20 +12,22 @@ from utils.checks.ch07 import (
     expect_bugs_propagate,
     expect_features_fixed,
     expect_kept_loss_bytes,
+    expect_micro_batch_plans,
     expect_no_leak,
-    expect_oom_safe_search,
-    expect_summary,
-    make_stats,
+    expect_run,
+    step_stats,
 )
 
 
-def summary_cases(read_summary) -> None:
-    """A fragmented cache (non-releasable large), a fresh process (all zero), a small-pool-heavy split."""
-    expect_summary(read_summary, [make_stats(3 * 2**30, 3 * 2**30 - 12345, 5 * 2**30, 2**30 + 512, 4 * 2**30, 17, 3,
-                                             large_share=0.95),
-                                  make_stats(0, 0, 0, 0, 0, 0, 0),
-                                  make_stats(5 * 2**20, 4 * 2**20, 8 * 2**20, 2**20, 6 * 2**20, 0, 0,
-                                             large_share=0.1)])
+def run_cases(read_run) -> None:
+    """No leak (a transient that comes back), a small-pool leak while the large pool shrinks, a retry at the second
+    snapshot, three snapshots only, a run whose fragmentation peaks first."""
+    mib = 2**20
+    flat = [step_stats(5 * 2**30 + (0 if i % 2 else 3 * mib), mib, 2 * mib, 1) for i in range(6)]
+    mixed = [step_stats(700 * mib - 2 * mib * i, 5 * mib + 8192 * i, 9 * mib, 0 if i < 1 else 4) for i in range(8)]
+    short = [step_stats(100 * mib, 2 * mib, 40 * mib, 0), step_stats(110 * mib, 2 * mib, mib, 0),
+             step_stats(111 * mib + 7, 2 * mib, mib, 2)]
+    expect_run(read_run, [flat, mixed, short])
 
 
 def kept_graph_cases(prediction, reasoning, kept_loss_bytes) -> None:
@@ -43,12 +45,15 @@ def leak_cases(train_and_log) -> None:
     expect_no_leak(train_and_log, [(8, 20, 4, 3), (48, 3, 1, 5)])
 
 
-def oom_search_cases(largest_batch_oom_safe) -> None:
-    """Failures in the optimizer step, nothing fits, everything fits, a limit that is not a power of two,
-    and a bug that must propagate."""
-    expect_oom_safe_search(largest_batch_oom_safe, [(5, "optimizer", 1000), (0, "backward", 64),
-                                                    (500, "forward", 96), (1, "optimizer", 3), (63, "backward", 64)])
-    expect_bugs_propagate(largest_batch_oom_safe)
+def micro_plan_cases(plan_micro_batch) -> None:
+    """Failures in the optimizer step, nothing fits, everything fits, a prime effective batch, a flaky size that is
+    not the answer and one that is, a limit below the effective batch, and a bug that must propagate."""
+    expect_micro_batch_plans(plan_micro_batch, [
+        (5, "optimizer", 1000, 1000, frozenset()), (0, "backward", 64, 64, frozenset()),
+        (500, "forward", 96, 96, frozenset()), (20, "backward", 13, 64, frozenset()),
+        (12, "optimizer", 5040, 5040, frozenset({10, 8})), (90, "forward", 360, 100, frozenset({90, 72})),
+        (1, "backward", 7, 3, frozenset({1}))])
+    expect_bugs_propagate(plan_micro_batch)
 
 
 def features_cases(train_with_features) -> None:
@@ -57,9 +62,9 @@ def features_cases(train_with_features) -> None:
 
 
 HIDDEN = {
-    "7.1": summary_cases,
+    "7.1": run_cases,
     "7.2": kept_graph_cases,
     "7.3": leak_cases,
-    "7.4": oom_search_cases,
+    "7.4": micro_plan_cases,
     "7.5": features_cases,
 }

@@ -3,6 +3,7 @@ ones through the same `expect_*` helpers, with the same arguments as the check c
 
 from __future__ import annotations
 
+import copy
 import gc
 import weakref
 from collections.abc import Callable, Sequence
@@ -11,101 +12,215 @@ from typing import Any
 import torch
 from torch import nn
 
+from utils.budget import reported_bytes
 from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
-from utils.estimate import TransformerShape, measure_step, transformer_activation_bytes
+from utils.estimate import measure_step, transformer_activation_bytes
 from utils.measure import optimizer_state_bytes, saved_activation_bytes
-from utils.models import GPT, Block, GPTConfig, cnn, gpt_batch, mlp
+from utils.models import GPT, Block, CausalSelfAttention, GPTConfig, gpt_batch, mlp
 from utils.profiling import largest_fitting
 
 MIB = 2**20
 
 
 # 1.1 -------------------------------------------------------------------------------------------------------------
-def expect_adam_state_bytes(adam_state_bytes: Callable[[nn.Module], int], models: Sequence[nn.Module]) -> None:
-    adam_state_bytes = guarded(adam_state_bytes, optimizer_state_bytes, torch.optim.Adam, torch.optim.AdamW)
-    for model in models:
-        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad])
-        for p in model.parameters():
-            if p.requires_grad:
-                p.grad = torch.zeros_like(p)
-        opt.step()
-        n = sum(p.numel() for p in model.parameters())
-        expect_equal(adam_state_bytes(model), optimizer_state_bytes(opt),
-                     f"Adam state bytes of a {type(model).__name__} with {n} parameters",
-                     hint="two moments in the parameter's dtype per trainable element, plus a "
-                     "4-byte float32 step counter per trainable parameter tensor; frozen ones get nothing.")
+class TwoHeads(nn.Module):
+    """A shared trunk and two task heads; `model(x, task)` runs one head, so the other gets no gradient."""
+
+    def __init__(self, d_in: int, hidden: int, d_out: int) -> None:
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU())
+        self.heads = nn.ModuleList([nn.Linear(hidden, d_out), nn.Linear(hidden, 2 * d_out)])
+
+    def forward(self, x: torch.Tensor, task: int) -> torch.Tensor:
+        return self.heads[task](self.trunk(x))
 
 
-def check_adam_state_bytes(adam_state_bytes: Callable[[nn.Module], int]) -> Verdict:
-    """Exercise 1.1: Adam's state bytes predicted without running it, against a real optimizer step."""
+class TopOneMoE(nn.Module):
+    """A router and `experts` MLP experts; each token goes to its top-1 expert (weighted by the router's
+    probability), so an expert no token chose gets no gradient."""
+
+    def __init__(self, d: int, experts: int, hidden: int) -> None:
+        super().__init__()
+        self.router = nn.Linear(d, experts, bias=False)
+        self.experts = nn.ModuleList(mlp(d, hidden, d) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        probs = self.router(x).softmax(-1)
+        weight, choice = probs.max(-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            rows = (choice == e).nonzero().flatten()
+            if len(rows):
+                out = out.index_add(0, rows, expert(x[rows]) * weight[rows, None])
+        return out
+
+
+def adam_truth(model: nn.Module, batch: tuple, amsgrad: bool) -> int:
+    """The bytes torch.optim.Adam holds after one real step on model(*batch).float().sum() (a copy of the model)."""
+    model = copy.deepcopy(model)
+    opt = torch.optim.Adam(model.parameters(), amsgrad=amsgrad)
+    model(*batch).float().sum().backward()
+    opt.step()
+    return optimizer_state_bytes(opt)
+
+
+def expect_adam_state_bytes(adam_state_bytes: Callable[[nn.Module, tuple, bool], int],
+                            cases: Sequence[tuple[str, nn.Module, tuple, bool]]) -> None:
+    adam_state_bytes = guarded(adam_state_bytes, adam_truth, optimizer_state_bytes, torch.optim.Adam,
+                               torch.optim.AdamW, torch.optim.Optimizer.step)
+    for label, model, batch, amsgrad in cases:
+        want = adam_truth(model, batch, amsgrad)
+        expect_equal(adam_state_bytes(copy.deepcopy(model), batch, amsgrad), want,
+                     f"Adam(amsgrad={amsgrad}) state bytes after one step of {label}",
+                     hint="Adam gives state only to a parameter that HAS a gradient when step() runs (frozen ones, "
+                     "and ones this forward never used, have grad None): two moments shaped and typed like it, a "
+                     "third (max_exp_avg_sq) with amsgrad, and a 4-byte float32 step counter per tensor. Run the "
+                     "backward yourself to see which parameters get a gradient.")
+
+
+def check_adam_state_bytes(adam_state_bytes: Callable[[nn.Module, tuple, bool], int]) -> Verdict:
+    """Exercise 1.1: Adam's state bytes after one step, without an optimizer: which parameters get state at all."""
 
     def body() -> None:
+        torch.manual_seed(0)
         frozen = mlp(8, 16, 4)
         frozen[0].requires_grad_(False)
-        expect_adam_state_bytes(adam_state_bytes, [mlp(8, 16, 4), cnn(4, 3, 8), frozen,
-                                                   GPT(GPTConfig(n_layer=1, d_model=32, seq_len=16, vocab_size=50))])
+        expect_adam_state_bytes(adam_state_bytes, [
+            ("an MLP with a frozen first layer", frozen, (torch.randn(3, 8),), False),
+            ("a two-headed model running head 0", TwoHeads(8, 16, 4), (torch.randn(3, 8), 0), False),
+            ("a BF16 MLP", mlp(6, 12, 3).to(torch.bfloat16), (torch.randn(2, 6, dtype=torch.bfloat16),), True),
+        ])
 
     return run_check("1.1", body)
 
 
 # 1.2 -------------------------------------------------------------------------------------------------------------
-def expect_saved_bytes(count_saved_bytes: Callable[..., int], cases: Sequence[tuple[str, Any, tuple]]) -> None:
-    count_saved_bytes = guarded(count_saved_bytes, saved_activation_bytes)
+def saved_by_dtype_truth(fn: Callable[..., Any], *args: Any) -> dict[str, int]:
+    """The bytes autograd saves while fn(*args) runs, by the dtype of each storage (each storage once, parameters
+    and their views excluded); its total is utils.measure.saved_activation_bytes (tests/test_ch01_checks.py)."""
+    found: dict[int, tuple[str, int, Any]] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if not isinstance(t._base if t._base is not None else t, nn.Parameter):
+            found.setdefault(storage.data_ptr(), (str(t.dtype).removeprefix("torch."), storage.nbytes(), storage))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args)
+    del out
+    by_dtype: dict[str, int] = {}
+    for dtype, nbytes, _ in found.values():
+        by_dtype[dtype] = by_dtype.get(dtype, 0) + nbytes
+    return by_dtype
+
+
+def under_autocast(model: nn.Module) -> Callable[..., torch.Tensor]:
+    """model run under CPU BF16 autocast (the function a check hands to count_saved_bytes)."""
+    def run(*args: Any) -> torch.Tensor:
+        with torch.autocast("cpu", torch.bfloat16):
+            return model(*args)
+
+    return run
+
+
+def expect_saved_bytes(count_saved_bytes: Callable[..., dict], cases: Sequence[tuple[str, Any, tuple]]) -> None:
+    count_saved_bytes = guarded(count_saved_bytes, saved_by_dtype_truth, saved_activation_bytes)
     for name, fn, args in cases:
-        expect_equal(count_saved_bytes(fn, *args), saved_activation_bytes(fn, *args), f"saved bytes of {name}",
-                     hint="count each storage once (t.untyped_storage()), skip parameters "
-                     "(isinstance(t._base or t, nn.Parameter)), and return the unpacked tensor unchanged.")
+        expect_equal(count_saved_bytes(fn, *args), saved_by_dtype_truth(fn, *args), f"saved bytes by dtype of {name}",
+                     hint="a dict {dtype name: bytes}, e.g. {'float32': ..., 'bfloat16': ..., 'int64': ...} "
+                     "(str(t.dtype) without 'torch.'; only dtypes that were saved): each storage once and whole, "
+                     "parameters (and views of them) skipped. Under autocast the BF16 copies of weights are not "
+                     "parameters: they count.")
 
 
-def check_saved_bytes(count_saved_bytes: Callable[..., int]) -> Verdict:
-    """Exercise 1.2: a saved-tensor hook that counts activation bytes, against utils.measure."""
+def check_saved_bytes(count_saved_bytes: Callable[..., dict]) -> Verdict:
+    """Exercise 1.2: a saved-tensor hook that splits activation bytes by dtype (autocast, indices, masks)."""
 
     def body() -> None:
         cfg = GPTConfig(n_layer=2, d_model=32, seq_len=16, vocab_size=50)
-        x = torch.randn(6, 6, requires_grad=True)
+        eager = GPTConfig(n_layer=1, d_model=32, seq_len=16, vocab_size=50, attention="eager")
         expect_saved_bytes(count_saved_bytes, [
-            ("an MLP", mlp(8, 32, 4, depth=3), (torch.randn(5, 8),)),
-            ("a GPT with its loss", GPT(cfg), gpt_batch(cfg, 2)),
-            ("x * x (one tensor saved twice)", lambda a: a * a, (x,)),
+            ("a GPT and its loss under BF16 autocast", under_autocast(GPT(cfg)), gpt_batch(cfg, 2)),
+            ("a GPT with eager attention and its loss", GPT(eager), gpt_batch(eager, 2)),
         ])
 
     return run_check("1.2", body)
 
 
-# 1.3 -------------------------------------------------------------------------------------------------------------
-# The predicted block is a 7B model's width at 8,192 tokens, batch 8: about 16 GiB saved, more than a laptop holds,
-# so the prediction cannot be measured first. Its truth is the course's formula, which equals the measurement at
-# every shape that runs (tests/test_ch01_checks.py).
-PREDICT_BLOCK = (8, 8192, 4096, 32)  # batch, seq_len, d_model, n_head of the block whose bytes are predicted
+# 1.3 and 1.4 -----------------------------------------------------------------------------------------------------
+class ParallelBlock(nn.Module):
+    """GPT-J's and PaLM's layout (the lab shows this class): ONE LayerNorm feeds attention and the MLP side by side,
+    x + attn(ln(x)) + mlp(ln(x)); attention and MLP as in utils.models.Block."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
+                                 nn.Linear(4 * cfg.d_model, cfg.d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.ln(x)
+        return x + self.attn(h) + self.mlp(h)
+
+
+# The predicted block is GPT-J-6B's width (d_model 4,096, 16 heads) at its 2,048-token context, batch 32: about
+# 14 GiB saved, more than a laptop holds, so the prediction cannot be measured first. Its truth is the formula
+# below, which equals the measurement at every shape that runs (tests/test_ch01_checks.py).
+PREDICT_BLOCK = (32, 2048, 4096, 16)  # batch, seq_len, d_model, n_head of the block whose bytes are predicted
 MEASURE_SHAPES = [(6, 48, 96, 4), (2, 16, 32, 2)]  # the public shapes measure_block is checked on
 
 
+def parallel_block_formula(batch: int, seq_len: int, d_model: int, n_head: int, attention: str, precision: str
+                           ) -> int:
+    """The bytes one ParallelBlock saves, by formula (for the shapes no laptop runs). FP32: ln's output is one
+    storage that qkv and fc1 both save. BF16 autocast: the residual stream and ln stay FP32, and qkv and fc1 each
+    save their OWN BF16 cast of ln's output (autocast caches casts of weights, not of activations)."""
+    n, d, t = batch * seq_len, d_model, seq_len
+    c = 4 if precision == "fp32" else 2
+    total = 4 * (n * d + 2 * n)                               # ln: FP32 input + mean and 1/std per token
+    total += 4 * n * d if precision == "fp32" else 2 * 2 * n * d  # ln's output, once; or two BF16 casts of it
+    total += 3 * c * n * d + 4 * c * n * d + 4 * c * n * d     # q/k/v (one storage), GELU's input, fc2's input
+    if attention == "sdpa":
+        total += c * n * d + 4 * batch * n_head * t            # SDPA's output (= proj's input), FP32 log-sum-exp
+    else:
+        total += t * t + c * batch * n_head * t * t + c * n * d  # bool mask, probabilities, proj's input (a copy)
+    if precision == "bf16-mixed":
+        total += 2 * 12 * d * d                               # BF16 copies of the four matmul weights
+    return total
+
+
 def block_prediction_truth() -> int:
-    """The saved bytes of one FP32 SDPA Block at PREDICT_BLOCK, by the course's formula (no run)."""
-    return block_formula_truth(*PREDICT_BLOCK, "sdpa", "fp32")
+    """The saved bytes of one FP32 SDPA ParallelBlock at PREDICT_BLOCK, by formula (no run)."""
+    return parallel_block_formula(*PREDICT_BLOCK, "sdpa", "fp32")
 
 
-def block_truth(batch: int, seq_len: int, d_model: int, n_head: int) -> int:
-    """The measured saved bytes of one utils.models.Block (FP32, SDPA) on an input that requires grad."""
+def block_truth(batch: int, seq_len: int, d_model: int, n_head: int, attention: str = "sdpa",
+                precision: str = "fp32") -> int:
+    """The measured saved bytes of one ParallelBlock on an input that requires grad (under CPU BF16 autocast for
+    precision "bf16-mixed")."""
     torch.manual_seed(0)
-    block = Block(GPTConfig(n_layer=1, d_model=d_model, n_head=n_head, seq_len=seq_len))
-    return saved_activation_bytes(block, torch.randn(batch, seq_len, d_model, requires_grad=True))
+    block = ParallelBlock(GPTConfig(n_layer=1, d_model=d_model, n_head=n_head, seq_len=seq_len, attention=attention))
+    x = torch.randn(batch, seq_len, d_model, requires_grad=True)
+    with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16-mixed"):
+        return saved_activation_bytes(block, x)
 
 
 def expect_block_measurements(measure_block: Callable[[int, int, int, int], int],
                               shapes: Sequence[tuple[int, int, int, int]]) -> None:
-    measure_block = guarded(measure_block, block_truth, saved_activation_bytes)
+    measure_block = guarded(measure_block, block_truth, saved_activation_bytes, saved_by_dtype_truth)
     for shape in shapes:
         expect_equal(measure_block(*shape), block_truth(*shape),
                      "measure_block(batch={}, seq_len={}, d_model={}, n_head={})".format(*shape),
-                     hint="build Block(GPTConfig(n_layer=1, d_model=..., n_head=..., seq_len=...)), give it a "
-                     "torch.randn(batch, seq_len, d_model, requires_grad=True) input and count what autograd "
-                     "saves with your hook of exercise 1.2 (parameters excluded).")
+                     hint="build ParallelBlock(GPTConfig(n_layer=1, d_model=..., n_head=..., seq_len=...)), give it "
+                     "a torch.randn(batch, seq_len, d_model, requires_grad=True) input and add up what your hook "
+                     "of exercise 1.2 counts (parameters excluded).")
 
 
 def check_block_prediction(prediction: int, reasoning: str, measure_block: Callable[[int, int, int, int], int]
                            ) -> Verdict:
-    """Exercise 1.3: a block's saved bytes predicted (within 5%) with its reasoning, then measured."""
+    """Exercise 1.3: a parallel block's saved bytes predicted (within 5%) with its reasoning, then measured."""
 
     def body() -> None:
         guess = answered(prediction, "prediction")
@@ -115,45 +230,43 @@ def check_block_prediction(prediction: int, reasoning: str, measure_block: Calla
         truth = block_prediction_truth()
         if abs(guess - truth) > 0.05 * truth:
             raise CheckFailed("a prediction within 5% of what that block saves", f"{guess:,}",
-                              "go op by op: two LayerNorms (input + 2 statistics per token), the Linear inputs, "
-                              "q/k/v as one storage, SDPA's output and log-sum-exp, GELU's 4d-wide input; then "
-                              "check your terms against measure_block at small shapes, where you can measure.")
+                              "go op by op as chapter 01 does for its Block, then ask what the parallel layout "
+                              "changes: how many LayerNorms, and which Linear inputs are now the same storage? Check "
+                              "your terms against measure_block at small shapes, where you can measure.")
         expect_block_measurements(measure_block, MEASURE_SHAPES)
 
     return run_check("1.3", body, points=2)
 
 
-# 1.4 -------------------------------------------------------------------------------------------------------------
 def block_formula_truth(batch: int, seq_len: int, d_model: int, n_head: int, attention: str, precision: str) -> int:
-    """One block's saved bytes, from the course's analytic estimator (two layers minus one)."""
-    def total(layers: int) -> int:
-        shape = TransformerShape(layers, d_model, n_head, seq_len, 64)
-        return transformer_activation_bytes(shape, batch, precision=precision, attention=attention)
-
-    return total(2) - total(1)
+    """One ParallelBlock's saved bytes: measured where the shape runs on a laptop, by formula beyond."""
+    if batch * seq_len * d_model * max(seq_len, 4 * d_model) <= 2**31:
+        return block_truth(batch, seq_len, d_model, n_head, attention, precision)
+    return parallel_block_formula(batch, seq_len, d_model, n_head, attention, precision)
 
 
 def expect_block_formula(block_saved_bytes: Callable[..., int], cases: Sequence[tuple]) -> None:
-    block_saved_bytes = guarded(block_saved_bytes, block_formula_truth, transformer_activation_bytes,
-                                saved_activation_bytes)
+    block_saved_bytes = guarded(block_saved_bytes, block_formula_truth, parallel_block_formula, block_truth,
+                                transformer_activation_bytes, saved_activation_bytes, saved_by_dtype_truth)
     for case in cases:
         got = block_saved_bytes(*case)
         expect_equal(got, block_formula_truth(*case),
                      "block_saved_bytes(batch={}, seq_len={}, d_model={}, n_head={}, attention={!r}, "
                      "precision={!r})".format(*case),
-                     hint="sdpa: q/k/v, output and an FP32 log-sum-exp per row and head; eager: a T x T bool mask "
-                     "and the b*h*T*T probabilities, and proj's input becomes a copy. Under bf16-mixed the residual "
-                     "stream (LayerNorm inputs and statistics) stays FP32, the matmuls save BF16, and each matmul "
-                     "keeps a BF16 copy of its weight.")
+                     hint="start from chapter 01's terms for its Block and change what the parallel layout changes. "
+                     "Under bf16-mixed the residual stream and ln stay FP32, the matmuls save BF16 inputs, each "
+                     "matmul keeps a BF16 copy of its weight, and an FP32 activation read by two matmuls is cast "
+                     "(and saved) twice: measure it with your hook of 1.2.")
 
 
 def check_block_formula(block_saved_bytes: Callable[..., int]) -> Verdict:
-    """Exercise 1.4: a formula for one block's saved bytes, any size, both attentions, FP32 and BF16 autocast."""
+    """Exercise 1.4: a formula for one parallel block's saved bytes, any size, both attentions, FP32 and BF16
+    autocast."""
 
     def body() -> None:
         expect_block_formula(block_saved_bytes, [
             (4, 64, 128, 4, "sdpa", "fp32"), (4, 64, 128, 4, "eager", "fp32"), (2, 32, 64, 2, "sdpa", "bf16-mixed"),
-            (1, 4096, 4096, 32, "sdpa", "bf16-mixed"),  # a 7B model's block: a formula, not a run
+            (1, 2048, 4096, 16, "sdpa", "bf16-mixed"),  # GPT-J-6B's block: a formula, not a run
         ])
 
     return run_check("1.4", body, points=2)
@@ -280,7 +393,9 @@ def check_largest_batch(largest_batch: Callable[[GPTConfig, int], int]) -> Verdi
 # key/value heads shared by n_head query heads, no biases), a SwiGLU MLP (gate, up, down), a final RMSNorm and an
 # output head that is tied to the embedding or not. Built on the meta device: exact counts, no memory.
 LLAMA_KEYS = ("d_model", "n_layer", "n_head", "n_kv_head", "ffn_hidden", "vocab", "tied")
-GPU_80GB = 80 * 10**9  # a marketed "80 GB" GPU, in bytes (decimal)
+# An "80 GB" GPU (A100 80GB, H100) as torch reports it: 79.1 GiB (the course's units convention: a card's "GB" is
+# its label; what counts is torch.cuda.get_device_properties(i).total_memory)
+GPU_80GB = reported_bytes("H100 (80 GB)")
 
 
 class _LlamaBlock(nn.Module):
@@ -310,8 +425,8 @@ class LlamaStyle(nn.Module):
 
 def llama_plan_truth(cfg: dict) -> dict[str, int]:
     """Parameters (tied weights once), model-state bytes of full training with AdamW under torch.amp (FP32
-    weights 4, gradients 4, two moments 8: 16 B per parameter), and the fewest 80 GB GPUs that hold those states
-    when sharded evenly (ZeRO-3 / FSDP), before any activation."""
+    weights 4, gradients 4, two moments 8: 16 B per parameter), and the fewest "80 GB" GPUs (79.1 GiB reported
+    each) that hold those states when sharded evenly (ZeRO-3 / FSDP), before any activation."""
     with torch.device("meta"):
         model = LlamaStyle(**{k: cfg[k] for k in LLAMA_KEYS})
     params = sum(p.numel() for p in model.parameters())
@@ -338,7 +453,8 @@ def expect_llama_plans(llama_plan: Callable[[dict], dict], cases: Sequence[dict]
                            "n_kv_head * d / n_head: grouped-query attention), SwiGLU's gate, up and down (three d x "
                            "ffn_hidden); then the embedding, the final RMSNorm, and the head unless it is tied.",
                  "state_bytes": "16 bytes per parameter: FP32 weights and gradients, Adam's two FP32 moments.",
-                 "gpus_80gb": "round the state bytes up to whole 80 GB GPUs (80 x 10^9 bytes each)."}
+                 "gpus_80gb": "round the state bytes up to whole GPUs of what torch reports for an '80 GB' card: "
+                              "utils.budget.reported_bytes('H100'), 79.1 GiB (not 80 x 10^9 bytes, not 80 GiB)."}
         for key in ("params", "state_bytes", "gpus_80gb"):
             expect_equal(got[key], want[key], f"llama_plan({what})[{key!r}]", hint=hints[key])
 

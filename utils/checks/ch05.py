@@ -44,35 +44,82 @@ def _expect_same_grads(model: nn.Module, reference: nn.Module, what: str, hint: 
 
 
 # 5.1 -------------------------------------------------------------------------------------------------------------
-def expect_checkpoint_every(checkpoint_every: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
-    """cases: (blocks n, every, tokens, width). Blocks 0, every, 2*every, ... are checkpointed, the others not."""
-    for n, every, tokens, d in cases:
-        stack = make_stack(n, d, seed=n + every)
-        x = torch.randn(tokens, d, requires_grad=True)
-        one = saved_activation_bytes(make_stack(1, d), x.detach())
-        checkpointed = len(range(0, n, every))
-        expected = checkpointed * tokens * d * 4 + (n - checkpointed) * one
-        saved = saved_activation_bytes(checkpoint_every, stack, x, every)
-        expect_equal(saved, expected, f"saved bytes of {n} blocks with every {every}-th checkpointed "
-                     f"({tokens} tokens, width {d})",
-                     hint="checkpoint blocks 0, every, 2*every, ... (each keeps only its input) and run the others "
-                     "plainly (each keeps its ~10 inputs' worth).")
-        reference = copy.deepcopy(stack)
-        x_ref = x.detach().clone().requires_grad_(True)
-        reference(x_ref).pow(2).sum().backward()
-        out = checkpoint_every(stack, x, every)
-        if not isinstance(out, torch.Tensor) or out.shape != (tokens, d):
-            raise CheckFailed(f"an output of shape {(tokens, d)}", repr(getattr(out, "shape", out)),
+class CrossBlock(nn.Module):
+    """A decoder block with cross-attention (T5's, Whisper's decoder): the queries come from x, the keys and values
+    from the encoder's output `memory`, whose padded positions `pad_mask` (True = padding) are masked out; then an
+    MLP. `pad_mask` is keyword-only, as many library blocks take their masks (the lab shows this class)."""
+
+    def __init__(self, d: int, n_head: int = 2) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.norm, self.q, self.kv, self.out = nn.LayerNorm(d), nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, *, pad_mask: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q = self.q(self.norm(x)).view(b, t, self.n_head, -1).transpose(1, 2)
+        k, v = (z.view(b, memory.shape[1], self.n_head, -1).transpose(1, 2) for z in self.kv(memory).chunk(2, -1))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=~pad_mask[:, None, None, :])
+        x = x + self.out(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(x)
+
+
+def make_decoder(n: int, d: int, seed: int) -> nn.ModuleList:
+    torch.manual_seed(seed)
+    return nn.ModuleList(CrossBlock(d) for _ in range(n))
+
+
+def plain_decoder(blocks: nn.ModuleList, x: torch.Tensor, memory: torch.Tensor, pad_mask: torch.Tensor
+                  ) -> torch.Tensor:
+    """The decoder run without checkpointing: the check's reference for the gradients."""
+    for block in blocks:
+        x = block(x, memory, pad_mask=pad_mask)
+    return x
+
+
+def expect_checkpointed_decoder(checkpoint_decoder: Callable,
+                                cases: Sequence[tuple[int, int, int, int, int, bool]]) -> None:
+    """cases: (blocks n, batch, target tokens, memory tokens, width, memory requires grad). Every block is
+    checkpointed: the run keeps each block's input x and, at most, the memory once; the gradients (of the
+    parameters, of x and of the memory where it trains) are the plain run's."""
+    fn = guarded(checkpoint_decoder, plain_decoder)
+    for n, b, t, s, d, trains in cases:
+        blocks = make_decoder(n, d, seed=n + t + s)
+        torch.manual_seed(d)
+        x = torch.randn(b, t, d, requires_grad=True)
+        memory = torch.randn(b, s, d, requires_grad=trains)
+        pad_mask = torch.zeros(b, s, dtype=torch.bool)
+        pad_mask[0, s // 2 + 1:] = True  # the first sequence is padded
+        what = f"{n} blocks, batch {b}, {t} target and {s} memory tokens, width {d}, memory " + (
+            "trained" if trains else "frozen")
+        limit = n * x.nbytes + memory.nbytes
+        saved = saved_activation_bytes(fn, blocks, x, memory, pad_mask)
+        if saved > limit:
+            raise CheckFailed(f"at most {limit:,} saved bytes ({what}: each block's input x, and the memory once)",
+                              f"{saved:,}", "run EVERY block under checkpoint(block, x, memory, pad_mask=pad_mask, "
+                              "use_reentrant=False): a checkpointed block keeps only its inputs.")
+        reference = copy.deepcopy(blocks)
+        x_ref, memory_ref = (z.detach().clone().requires_grad_(z.requires_grad) for z in (x, memory))
+        plain_decoder(reference, x_ref, memory_ref, pad_mask).pow(2).sum().backward()
+        out = fn(blocks, x, memory, pad_mask)
+        if not isinstance(out, torch.Tensor) or out.shape != (b, t, d):
+            raise CheckFailed(f"an output of shape {(b, t, d)}", repr(getattr(out, "shape", out)),
                               "return the last block's output.")
         out.pow(2).sum().backward()
-        _expect_same_grads(stack, reference, f"n={n}, every={every}",
-                           "run every block once, in order; use checkpoint(block, x, use_reentrant=False).")
+        _expect_same_grads(blocks, reference, what, "pass memory and pad_mask on to every block (pad_mask by "
+                           "keyword: checkpoint(..., pad_mask=pad_mask, use_reentrant=False)).")
+        for name, got, want in (("x", x.grad, x_ref.grad), ("memory", memory.grad, memory_ref.grad)):
+            if (got is None) != (want is None) or (got is not None and not torch.allclose(got, want, atol=1e-5,
+                                                                                          rtol=1e-4)):
+                raise CheckFailed(f"the plain run's gradient of {name} ({what})", "a different or missing one",
+                                  "the memory's gradient flows through every block's keys and values: pass it as an "
+                                  "input of the checkpointed call, not detached.")
 
 
-def check_checkpoint_every(checkpoint_every: Callable) -> Verdict:
-    """Exercise 5.1: checkpoint every k-th block of a stack."""
-    return run_check("5.1", lambda: expect_checkpoint_every(checkpoint_every, [(6, 2, 8, 16), (7, 3, 4, 8)]),
-                     points=1)
+def check_checkpoint_decoder(checkpoint_decoder: Callable) -> Verdict:
+    """Exercise 5.1: checkpoint a cross-attention decoder: blocks with two inputs and a keyword-only mask."""
+    return run_check("5.1", lambda: expect_checkpointed_decoder(checkpoint_decoder, [
+        (3, 2, 5, 7, 8, False), (2, 1, 4, 6, 16, True)]), points=1)
 
 
 # 5.2 -------------------------------------------------------------------------------------------------------------

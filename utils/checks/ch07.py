@@ -20,11 +20,8 @@ from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expe
 from utils.oom import run_oom_safe, run_step_oom_safe
 from utils.profiling import graph_held_bytes, largest_fitting
 
+
 # 7.1 ------------------------------------------------------------------------------------------------------------
-SUMMARY_FIELDS = ("allocated", "requested", "reserved", "non_releasable", "cached_free", "peak_allocated",
-                  "retries", "ooms")
-
-
 def make_stats(allocated: int, requested: int, reserved: int, non_releasable: int, peak: int, retries: int,
                ooms: int, large_share: float = 0.8) -> dict[str, int]:
     """A dict shaped like torch.cuda.memory_stats(): every core metric for the pools all/large/small and the four
@@ -49,34 +46,60 @@ def make_stats(allocated: int, requested: int, reserved: int, non_releasable: in
     return stats
 
 
-def summary_truth(stats: Mapping[str, int]) -> dict[str, int]:
-    allocated, reserved = stats["allocated_bytes.all.current"], stats["reserved_bytes.all.current"]
-    return {"allocated": allocated, "requested": stats["requested_bytes.all.current"], "reserved": reserved,
-            "non_releasable": stats["inactive_split_bytes.all.current"], "cached_free": reserved - allocated,
-            "peak_allocated": stats["allocated_bytes.all.peak"], "retries": stats["num_alloc_retries"],
-            "ooms": stats["num_ooms"]}
+def step_stats(large: int, small: int, non_releasable: int, retries: int) -> dict[str, int]:
+    """A memory_stats() dict taken at the end of a training step: `large` and `small` bytes allocated in the two
+    pools, the cache holding 64 MiB more than the live blocks plus `non_releasable`."""
+    allocated = large + small
+    stats = make_stats(allocated, allocated - allocated // 100, allocated + non_releasable + 64 * 2**20,
+                       non_releasable, 2 * allocated, retries, 0)
+    stats["allocated_bytes.large_pool.current"], stats["allocated_bytes.small_pool.current"] = large, small
+    return stats
 
 
-def expect_summary(read_summary: Callable[[dict], dict], cases: Sequence[dict[str, int]]) -> None:
-    read_summary = guarded(read_summary, summary_truth)
-    for stats in cases:
-        got = read_summary(dict(stats))
+RUN_FIELDS = ("leak_per_step", "leaking_pool", "first_retry_step", "worst_fragmentation_step")
+
+
+def run_truth(snapshots: Sequence[Mapping[str, int]]) -> dict[str, Any]:
+    """What a run's end-of-step memory_stats() snapshots say: the leak per step (from the second snapshot on: the
+    first step also creates the optimizer's state), the pool that grows, the first step with a cudaMalloc retry,
+    the step with the most non-releasable memory."""
+    alloc = [s["allocated_bytes.all.current"] for s in snapshots]
+    growth = {pool: snapshots[-1][f"allocated_bytes.{pool}.current"] - snapshots[1][f"allocated_bytes.{pool}.current"]
+              for pool in ("large_pool", "small_pool")}
+    pool = max(growth, key=lambda k: growth[k])
+    retries = [s["num_alloc_retries"] for s in snapshots]
+    split = [s["inactive_split_bytes.all.current"] for s in snapshots]
+    return {"leak_per_step": max(0, (alloc[-1] - alloc[1]) // (len(alloc) - 2)),
+            "leaking_pool": pool if growth[pool] > 0 else None,
+            "first_retry_step": next((i for i in range(1, len(retries)) if retries[i] > retries[i - 1]), None),
+            "worst_fragmentation_step": split.index(max(split))}
+
+
+def expect_run(read_run: Callable[[list], dict], cases: Sequence[list[dict[str, int]]]) -> None:
+    read_run = guarded(read_run, run_truth)
+    for snapshots in cases:
+        got = read_run([dict(s) for s in snapshots])
         if not isinstance(got, Mapping):
-            raise CheckFailed("a dict with the keys " + ", ".join(SUMMARY_FIELDS), type(got).__name__)
-        truth = summary_truth(stats)
-        for field in SUMMARY_FIELDS:
-            expect_equal(got.get(field), truth[field], f"read_summary(stats)[{field!r}]",
-                         hint="read the pool 'all' and the column 'current' (peak for peak_allocated); "
-                         "non-releasable is inactive_split_bytes; the cache is reserved minus allocated; "
-                         "retries and OOMs are num_alloc_retries and num_ooms.")
+            raise CheckFailed("a dict with the keys " + ", ".join(RUN_FIELDS), type(got).__name__)
+        truth = run_truth(snapshots)
+        for field in RUN_FIELDS:
+            expect_equal(got.get(field), truth[field], f"read_run(<{len(snapshots)} snapshots>)[{field!r}]",
+                         hint="current values of the pool 'all' (a pool's own keys for leaking_pool); the leak from "
+                         "the SECOND snapshot to the last, per step, floored, 0 if it does not grow; the pool whose "
+                         "allocation grows most (None if none grows); a retry is num_alloc_retries going up from "
+                         "one snapshot to the next (None if never); non-releasable is inactive_split_bytes.")
 
 
-def check_read_summary(read_summary: Callable[[dict], dict]) -> Verdict:
-    """Exercise 7.1: read the rows of memory_summary() out of a memory_stats() dict."""
+def check_read_run(read_run: Callable[[list], dict]) -> Verdict:
+    """Exercise 7.1: read a run's trend out of one memory_stats() snapshot per step."""
 
     def body() -> None:
-        expect_summary(read_summary, [make_stats(700 * 2**20, 690 * 2**20, 1024 * 2**20, 120 * 2**20,
-                                                 900 * 2**20, 2, 1)])
+        mib = 2**20
+        leak = [step_stats(900 * mib + 3 * mib * i, 40 * mib, (10 + 7 * (i % 3)) * mib, max(0, i - 3))
+                for i in range(7)]
+        leak[0] = step_stats(600 * mib, 38 * mib, 5 * mib, 0)  # before the optimizer's state exists
+        small = [step_stats(2 * 2**30, 8 * mib + 4096 * i, 30 * mib - mib * i, 0) for i in range(5)]
+        expect_run(read_run, [leak, small])
 
     return run_check("7.1", body, points=1)
 
@@ -289,15 +312,19 @@ PHASES = ("forward", "backward", "optimizer")
 class BudgetedTrainer:
     """A training step that runs out of memory above a byte budget, like a GPU would: it allocates a batch-sized
     activation, then raises torch.OutOfMemoryError in the phase chosen (after backward filled .grad, if later).
-    It records each trial and keeps weak references to the activations of failed trials."""
+    It records each trial and keeps weak references to the activations of failed trials. A batch size in `flaky`
+    fits the budget but fails its FIRST trial in forward, as a size can right after a larger trial failed (the cache
+    left in pieces: fragmentation); tried again, it trains."""
 
     def __init__(self, budget_samples: int, phase: str = "backward", width: int = 8, seed: int = 0,
-                 error: type[BaseException] | None = None) -> None:
+                 error: type[BaseException] | None = None, flaky: frozenset[int] = frozenset()) -> None:
         torch.manual_seed(seed)
         self.model = nn.Linear(width, 1)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.0)
         self.budget, self.phase, self.width, self.error = budget_samples, phase, width, error
+        self.flaky = set(flaky)
         self.trials: list[int] = []
+        self.trained: list[int] = []  # the trials that trained
         self.failed_activations: list[weakref.ref] = []
 
     def step(self, batch: int) -> float:
@@ -308,6 +335,10 @@ class BudgetedTrainer:
             raise self.error("a bug, not an out-of-memory error")
         activation = torch.randn(batch, self.width)
         over = batch > self.budget
+        if batch in self.flaky:  # fits, but not this first time
+            self.flaky.discard(batch)
+            self.failed_activations.append(weakref.ref(activation))
+            raise torch.OutOfMemoryError(f"CUDA out of memory (at batch {batch}: the cache is fragmented)")
         if over:
             self.failed_activations.append(weakref.ref(activation))
         if over and self.phase == "forward":
@@ -320,25 +351,50 @@ class BudgetedTrainer:
             raise torch.OutOfMemoryError(f"CUDA out of memory (planted in optimizer.step at batch {batch})")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.trained.append(batch)
         return loss.item()
 
 
-def expect_oom_safe_search(largest_batch_oom_safe: Callable, cases: Sequence[tuple[int, str, int]]) -> None:
-    largest_batch_oom_safe = guarded(largest_batch_oom_safe, largest_fitting, run_step_oom_safe, run_oom_safe)
-    for budget, phase, limit in cases:
-        trainer = BudgetedTrainer(budget, phase)
-        got = largest_batch_oom_safe(trainer.step, trainer.optimizer, limit)
+def micro_plan_truth(budget: int, effective: int, limit: int) -> tuple[int, int]:
+    """The largest micro-batch that divides `effective`, is at most `limit` and fits the budget, and the number of
+    accumulation steps it takes; (0, 0) when not even 1 fits."""
+    fitting = [d for d in range(1, min(limit, budget) + 1) if effective % d == 0]
+    return (fitting[-1], effective // fitting[-1]) if fitting else (0, 0)
+
+
+def expect_micro_batch_plans(plan_micro_batch: Callable, cases: Sequence[tuple[int, str, int, int, frozenset[int]]]
+                             ) -> None:
+    """cases: (budget, phase, effective batch, limit, flaky sizes)."""
+    plan_micro_batch = guarded(plan_micro_batch, largest_fitting, run_step_oom_safe, run_oom_safe, micro_plan_truth)
+    for budget, phase, effective, limit, flaky in cases:
+        trainer = BudgetedTrainer(budget, phase, flaky=flaky)
+        got = plan_micro_batch(trainer.step, trainer.optimizer, effective, limit)
         gc.collect()
-        expected = min(budget, limit)
-        expect_equal(got, expected, f"largest_batch_oom_safe(step, optimizer, limit={limit}) with the step running "
-                     f"out of memory above batch {budget} (in {phase})",
-                     hint="catch torch.OutOfMemoryError only; double, then bisect; return 0 if batch 1 fails.")
+        what = (f"plan_micro_batch(step, optimizer, effective={effective}, limit={limit}) with the step running out "
+                f"of memory above batch {budget} (in {phase})" + (f", batch {sorted(flaky)} failing once" if flaky
+                                                                   else ""))
+        expect_equal(got, micro_plan_truth(budget, effective, limit), what,
+                     hint="the candidates are the divisors of the effective batch up to the limit: bisect over that "
+                     "list; catch torch.OutOfMemoryError only, and try a size that failed once more (after "
+                     "gc.collect() and torch.cuda.empty_cache()) before counting it as too big; (0, 0) if 1 fails.")
         if not trainer.trials:
             raise CheckFailed("a search that calls step(batch)", "no trial at all",
                               "the answer must come from trials of the step, not from a number written down.")
-        bound = 2 * max(1, math.ceil(math.log2(max(limit, 2)))) + 2
+        candidates = sum(1 for d in range(1, limit + 1) if effective % d == 0)
+        bound = 4 * max(1, math.ceil(math.log2(max(candidates, 2)))) + 4
         if len(trainer.trials) > bound:
-            raise CheckFailed(f"at most {bound} trials (double, then bisect)", f"{len(trainer.trials)} trials")
+            raise CheckFailed(f"at most {bound} trials (a bisection over the {candidates} divisors, each failure "
+                              "retried once)", f"{len(trainer.trials)} trials: {trainer.trials[:12]}...")
+        best, _ = micro_plan_truth(budget, effective, limit)
+        above = next((d for d in range(best + 1, limit + 1) if effective % d == 0), None)
+        if (best and best not in trainer.trained) or (above is not None and trainer.trials.count(above) < 2):
+            raise CheckFailed(f"trials that prove the answer: {best or 1} {'trained' if best else 'failed twice'}"
+                              + (f", {above} failed twice" if above and best else ""),
+                              f"trials {trainer.trials} (trained: {trainer.trained})",
+                              "the answer must come from the step's own trials, each failure retried once.")
+        if any(effective % b for b in trainer.trials):
+            raise CheckFailed("trials of divisors of the effective batch only", f"trials {trainer.trials}",
+                              "accumulation needs equal micro-batches: a size that does not divide is no plan.")
         if any(p.grad is not None for p in trainer.model.parameters()):
             raise CheckFailed("no .grad left after the search", "a filled .grad",
                               "an OOM after backward skips the step's own zero_grad: call "
@@ -350,22 +406,24 @@ def expect_oom_safe_search(largest_batch_oom_safe: Callable, cases: Sequence[tup
                               "string if you want the message, and retry after the except block.")
 
 
-def expect_bugs_propagate(largest_batch_oom_safe: Callable) -> None:
-    largest_batch_oom_safe = guarded(largest_batch_oom_safe, largest_fitting, run_step_oom_safe, run_oom_safe)
+def expect_bugs_propagate(plan_micro_batch: Callable) -> None:
+    plan_micro_batch = guarded(plan_micro_batch, largest_fitting, run_step_oom_safe, run_oom_safe, micro_plan_truth)
     trainer = BudgetedTrainer(4, error=ValueError)
     try:
-        largest_batch_oom_safe(trainer.step, trainer.optimizer, 16)
+        plan_micro_batch(trainer.step, trainer.optimizer, 16, 16)
     except ValueError:
         return
     raise CheckFailed("a ValueError from the step to propagate (it is a bug, not a full GPU)", "it was swallowed",
                       "catch torch.OutOfMemoryError, not Exception.")
 
 
-def check_oom_safe_search(largest_batch_oom_safe: Callable) -> Verdict:
-    """Exercise 7.4: the largest batch a step trains with, surviving its out-of-memory errors cleanly."""
+def check_micro_batch_plan(plan_micro_batch: Callable) -> Verdict:
+    """Exercise 7.4: the largest micro-batch that divides an effective batch and trains, found by trials that
+    survive out-of-memory errors (a transient one included)."""
 
     def body() -> None:
-        expect_oom_safe_search(largest_batch_oom_safe, [(36, "backward", 1024), (100, "forward", 64)])
+        expect_micro_batch_plans(plan_micro_batch, [(7, "backward", 720, 720, frozenset()),
+                                                    (40, "forward", 96, 64, frozenset({32}))])
 
     return run_check("7.4", body, points=2)
 

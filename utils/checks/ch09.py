@@ -7,6 +7,7 @@ import contextlib
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -18,8 +19,9 @@ import utils.plan
 from utils.checks.core import CheckFailed, Verdict, answered, expect_close, expect_reasoning, guarded, run_check
 from utils.chunked_loss import _chunk_loss, chunked_cross_entropy
 from utils.estimate import shape_of
-from utils.models import GPTConfig
-from utils.plan import Choice, lora_parameters, memory_of, plan, run_choice, zero_bytes_per_gpu
+from utils.measure import step_peak
+from utils.models import GPT, GPTConfig, gpt_batch
+from utils.plan import Choice, lora_parameters, make_optimizer, memory_of, plan, run_choice, zero_bytes_per_gpu
 from utils.quiet import import_torchao
 
 LAB_CONFIG = GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256)
@@ -254,21 +256,58 @@ def check_finetune(finetune: Callable[..., Any]) -> Verdict:
 
 
 # 9.4 -------------------------------------------------------------------------------------------------------------
-def expect_plan(make_plan: Callable[[GPTConfig, int, int], Choice], cfg: GPTConfig, budget: int, effective: int,
+EVAL_LIMIT = 64  # the largest evaluation batch asked for
+
+
+def eval_peaks(cfg: GPTConfig, choice: Choice, eval_batches: Sequence[int]) -> list[int]:
+    """The measured peak of one evaluation of GPT(cfg) trained as `choice` says (full fine-tuning) at each of
+    `eval_batches`: the loss of that many sequences under torch.no_grad() (and the plan's autocast), while the
+    weights and the optimizer's state, created by one training step, stay resident, as they do when a run evaluates
+    between steps (one setup for all the batches: a torchao optimizer's first step is the slow part)."""
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    if choice.precision == "bf16":
+        model = model.to(torch.bfloat16)
+    opt = make_optimizer(choice.optimizer, list(model.parameters()), lr=1e-3)
+    auto = choice.precision == "bf16-mixed"
+    x, y = gpt_batch(cfg, 1, seed=0)
+    eager = mock.patch.object(torch, "compile", lambda fn=None, **_: fn if fn is not None else (lambda f: f))
+    with eager:  # torchao's optimizers compile their step; eagerly on a CPU, the same bytes
+        with torch.autocast("cpu", torch.bfloat16, enabled=auto):
+            loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        peaks = []
+        for eval_batch in eval_batches:
+            xe, ye = gpt_batch(cfg, eval_batch, seed=1)
+
+            def evaluate(xe: torch.Tensor = xe, ye: torch.Tensor = ye) -> float:
+                with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=auto):
+                    return model(xe, ye).item()
+
+            peaks.append(step_peak(evaluate, model, opt, warmup=0))
+        return peaks
+
+
+def expect_plan(make_plan: Callable[[GPTConfig, int, int], tuple], cfg: GPTConfig, budget: int, effective: int,
                 steps: int = 4) -> None:
     # the planner and its private search, while it has one (utils/plan.py is another helper's)
     helpers = [h for h in (getattr(utils.plan, "_largest_micro_batch", None),) if callable(h)]
-    make_plan = guarded(make_plan, plan, *helpers)
-    choice = make_plan(cfg, budget, effective)
+    make_plan = guarded(make_plan, plan, eval_peaks, *helpers)
+    answer = make_plan(cfg, budget, effective)
+    if not (isinstance(answer, tuple) and len(answer) == 2):
+        raise CheckFailed("a tuple (Choice, eval_batch)", type(answer).__name__, "return (Choice(...), eval_batch).")
+    choice, eval_batch = answer
     if not isinstance(choice, Choice):
         raise CheckFailed("a utils.plan.Choice", type(choice).__name__, "return Choice(...).")
     if choice.micro_batch * choice.accumulation != effective:
         raise CheckFailed(f"micro_batch x accumulation = {effective}", f"{choice.micro_batch} x {choice.accumulation}",
                           "keep the effective batch.")
     one_process = choice.sharding == "none" and not choice.offload_optimizer and not choice.quantize_base
-    if not one_process or choice.lora_targets != "attention":
-        raise CheckFailed("a plan one process can run", choice.describe(),
-                          "no sharding, offload or NF4 base here; LoRA on the attention only.")
+    if not one_process or choice.lora_rank:
+        raise CheckFailed("a plan one process can run that trains the whole model", choice.describe(),
+                          "no sharding, offload, NF4 base or LoRA here.")
     estimate = sum(memory_of(shape_of(cfg), choice).values())
     if estimate > budget:
         raise CheckFailed(f"a ledger total within {budget:,} B", f"{estimate:,} B ({choice.describe()})",
@@ -279,11 +318,24 @@ def expect_plan(make_plan: Callable[[GPTConfig, int, int], Choice], cfg: GPTConf
                           "the ledger can be below the real peak (LoRA's small tensors, temporaries): keep a margin.")
     if not losses[-1] < losses[0]:
         raise CheckFailed("a loss that goes down", f"{losses[0]:.3f} -> {losses[-1]:.3f}", "a plan must still train.")
+    if isinstance(eval_batch, bool) or not isinstance(eval_batch, int) or not 1 <= eval_batch <= EVAL_LIMIT:
+        raise CheckFailed(f"an evaluation batch from 1 to {EVAL_LIMIT}", repr(eval_batch))
+    bigger = min(EVAL_LIMIT, eval_batch * 5 // 4 + 1)
+    measured, above = eval_peaks(cfg, choice, [eval_batch, bigger])
+    if measured > budget:
+        raise CheckFailed(f"an evaluation of {eval_batch} sequences within {budget:,} B with the plan's states "
+                          "resident", f"a measured peak of {measured:,} B",
+                          "evaluation runs between steps: the weights and the optimizer's state are still there, "
+                          "and no_grad does not shrink the logits and the loss's log-probabilities.")
+    if eval_batch < EVAL_LIMIT and above <= budget:
+        raise CheckFailed("the largest evaluation batch that fits (within a quarter)",
+                          f"{eval_batch}, but {bigger} sequences also fit",
+                          "measure the evaluation's peak at two small batches: it grows linearly with the batch.")
 
 
-def check_plan(make_plan: Callable[[GPTConfig, int, int], Choice]) -> Verdict:
+def check_plan(make_plan: Callable[[GPTConfig, int, int], tuple]) -> Verdict:
     """Exercise 9.4: the learner's Choice keeps the effective batch, fits per the ledger, and a real run of it
-    stays under the budget and learns."""
+    stays under the budget and learns; and the evaluation batch that fits beside the resident states."""
     return run_check("9.4", lambda: expect_plan(make_plan, LAB_CONFIG, LAB_BUDGET, LAB_EFFECTIVE_BATCH), points=3)
 
 

@@ -3,12 +3,16 @@ to end (public cases here; the grader's held-out cases live in grading/hidden/ch
 
 from __future__ import annotations
 
+import io
+import math
+import re
+import zipfile
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, run_check
+from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
 
 # Exercise 0.4's prediction: the new bytes y = x[:, :256].contiguous().to(torch.bfloat16) keeps alive.
 PREDICT_SHAPE = (512, 512)
@@ -19,39 +23,65 @@ def predict_target(x: torch.Tensor) -> torch.Tensor:
     return x[:, :256].contiguous().to(torch.bfloat16)
 
 
-def expect_tensor_bytes(tensor_bytes: Callable[[torch.Tensor], int], cases: list[torch.Tensor]) -> None:
-    for t in cases:
-        expected = t.numel() * t.element_size()
-        expect_equal(tensor_bytes(t), expected, f"tensor_bytes(<{tuple(t.shape)} {t.dtype}>)",
-                     hint="elements times bytes per element: see t.numel() and t.element_size().")
+def packed_truth(shape: tuple[int, ...], bits: int) -> int:
+    """The bytes of a tensor of `shape` whose elements take `bits` bits each, packed along the last dimension with
+    each row starting on a whole byte (torch's float4_e2m1fn_x2 packs two FP4 codes per byte so; tests tie this to
+    torch's dtypes wherever one exists)."""
+    last = shape[-1] if shape else 1
+    rows = math.prod(shape[:-1]) if shape else 1
+    return rows * -(-last * bits // 8)
 
 
-def check_tensor_bytes(tensor_bytes: Callable[[torch.Tensor], int]) -> Verdict:
-    """Exercise 0.1: bytes of a tensor's elements, for several shapes and dtypes."""
+def expect_packed_bytes(packed_bytes: Callable[[tuple[int, ...], int], int],
+                        cases: list[tuple[tuple[int, ...], int]]) -> None:
+    for shape, bits in cases:
+        expect_equal(packed_bytes(shape, bits), packed_truth(shape, bits), f"packed_bytes({shape}, bits={bits})",
+                     hint="each row (the last dimension) takes last x bits bits, rounded UP to whole bytes; then "
+                          "times the number of rows (the product of the other dimensions; a 0-d tensor is one "
+                          "row of one element).")
+
+
+def check_packed_bytes(packed_bytes: Callable[[tuple[int, ...], int], int]) -> Verdict:
+    """Exercise 0.1: bytes of a tensor in a sub-byte or odd-width format (FP4, FP6, 1-bit masks), rows packed."""
 
     def body() -> None:
-        expect_tensor_bytes(tensor_bytes, [
-            torch.zeros(3, 4), torch.zeros(10, dtype=torch.bfloat16), torch.zeros(2, 3, 5, dtype=torch.float64),
-            torch.zeros(7, dtype=torch.float8_e4m3fn), torch.zeros(0, 4), torch.zeros(8, 8).t()])
+        expect_packed_bytes(packed_bytes, [((4096, 4096), 4), ((3, 5), 4), ((2, 10), 6), ((7, 9), 1),
+                                           ((2, 3, 8), 16), ((0, 4), 4), ((5,), 4)])
 
     return run_check("0.1", body)
 
 
-def check_unique_parameter_bytes(unique_parameter_bytes: Callable[[nn.Module], int]) -> Verdict:
-    """Exercise 0.2: bytes of a model's parameters, a parameter shared by two layers counted once."""
+def written_bytes(state: dict) -> int:
+    """The bytes of tensor data torch.save writes for `state`, measured: the sizes of the data records (one per
+    storage) in the zip archive torch.save writes."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    with zipfile.ZipFile(buffer) as archive:
+        return sum(i.file_size for i in archive.infolist() if re.search(r"/data/\d+$", i.filename))
+
+
+def expect_saved_state_bytes(saved_state_bytes: Callable[[dict], int], cases: list[tuple[str, dict]]) -> None:
+    saved_state_bytes = guarded(saved_state_bytes, written_bytes, torch.save, torch.serialization._save)
+    for label, state in cases:
+        expect_equal(saved_state_bytes(dict(state)), written_bytes(state), f"saved_state_bytes({label})",
+                     hint="torch.save writes each STORAGE once, and whole: two tensors that share a storage (tied "
+                          "weights, views) cost it once, and a small slice of a big tensor writes all of the big "
+                          "one (t.untyped_storage().nbytes()). Buffers are in a state_dict too.")
+
+
+def check_saved_state_bytes(saved_state_bytes: Callable[[dict], int]) -> Verdict:
+    """Exercise 0.2: the tensor bytes torch.save writes for a state_dict (storages once and whole), not running it."""
 
     def body() -> None:
-        plain = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-        expect_equal(unique_parameter_bytes(plain), (4 * 8 + 8 + 8 * 2 + 2) * 4, "bytes of a small MLP",
-                     hint="add up every parameter's numel() * element_size().")
         emb, head = nn.Embedding(100, 16), nn.Linear(16, 100, bias=False)
         head.weight = emb.weight  # weight tying, as in GPT-2
-        tied = nn.ModuleDict({"emb": emb, "head": head})
-        expect_equal(unique_parameter_bytes(tied), 100 * 16 * 4, "bytes of a model with tied weights",
-                     hint="model.parameters() yields a shared parameter once; did you walk the modules yourself?")
-        half = nn.Linear(32, 32).to(torch.bfloat16)
-        expect_equal(unique_parameter_bytes(half), (32 * 32 + 32) * 2, "bytes of a BF16 Linear(32, 32)",
-                     hint="BF16 elements take 2 bytes each.")
+        big = torch.zeros(1000, 64)
+        expect_saved_state_bytes(saved_state_bytes, [
+            ("an MLP's state_dict", nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).state_dict()),
+            ("a tied embedding and head", nn.ModuleDict({"emb": emb, "head": head}).state_dict()),
+            ("a Linear and a BatchNorm1d", nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).state_dict()),
+            ("{'first_rows': big[:2]} of a 1000 x 64 FP32 big", {"first_rows": big[:2]}),
+        ])
 
     return run_check("0.2", body)
 

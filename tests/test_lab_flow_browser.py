@@ -1,0 +1,241 @@
+"""Issue 34's lab-flow items in headless Chromium, on JupyterLab started the way `make lab` starts it
+(utils.lab_server: the course's kernel, the course's settings), serving a copy of the course's files:
+
+- a check cell run in a fresh kernel, before the lab's import cell, shows the one-line "run the first code cell"
+  message, not a NameError traceback;
+- a chapter's "Practise: lab NN" link opens the learner's copy in my-labs/, not the generated labs/ file;
+- a check's verdict renders in the notebook's own text font, not monospace, and wraps between words (no word is
+  split across two lines, even in a narrow window).
+
+One JupyterLab server and one browser serve all three tests. Uses Debian's Chromium by path (never a downloaded
+browser); without it, or without Playwright for Python, the tests are skipped with the reason (in CI, a failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servers import free_port, stop_group
+
+from utils.lab_server import command as lab_command
+from utils.lab_server import environment as lab_environment
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
+CHAPTER = "notebooks/02_number_formats.ipynb"
+LAB02 = "lab02_number_formats.ipynb"
+LAB00 = "lab00_warmup.ipynb"
+TOKEN = "lab-flow-token"
+WRONG_01 = "def packed_bytes(shape, bits):\n    return 0  # a wrong answer: the check says NOT YET, with a hint"
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"browser test cannot run in CI: {reason}")
+    pytest.skip(reason)
+
+
+def _served_course(folder: Path) -> None:
+    """The files the tests open, laid out as `make lab` serves them: a chapter, the generated labs/, and the
+    learner's copies in my-labs/ (lab 00's with a wrong answer to 0.1 and no outputs)."""
+    (folder / "notebooks").mkdir(parents=True)
+    (folder / "labs").mkdir()
+    (folder / "my-labs").mkdir()
+    shutil.copy(ROOT / CHAPTER, folder / CHAPTER)
+    for lab in (LAB00, LAB02):
+        shutil.copy(ROOT / "labs" / lab, folder / "labs" / lab)
+        shutil.copy(ROOT / "labs" / lab, folder / "my-labs" / lab)
+    mine = json.loads((folder / "my-labs" / LAB00).read_text())
+    for cell in mine["cells"]:
+        if cell.get("metadata", {}).get("course", {}).get("exercise") == "0.1":
+            cell["source"] = WRONG_01
+    (folder / "my-labs" / LAB00).write_text(json.dumps(mine, indent=1))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Iterator[tuple[str, Any]]:
+    """(base URL, a Playwright browser) for JupyterLab serving a copy of the course."""
+    if not CHROMIUM.exists():
+        _unavailable(f"Debian's Chromium is not at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright for Python is not installed")
+    tmp = tmp_path_factory.mktemp("lab_flow")
+    served = tmp / "course"
+    _served_course(served)
+    settings = tmp / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    # every cell in the page (JupyterLab 4 drops cells scrolled out of view), so a chapter's last cell is findable
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    env = lab_environment({**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp / "rt"), "JUPYTER_CONFIG_DIR": str(tmp / "cfg"),
+                           "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "ws"),
+                           "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings")})
+    env.pop("COURSE_CHECKS_STRICT", None)
+    port = free_port()
+    log = open(tmp / "lab.log", "w")  # noqa: SIM115 (closed after the server stops)
+    proc = subprocess.Popen(lab_command(port=port, token=TOKEN, root=served, open_browser=False), env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=3)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("JupyterLab did not start: " + (tmp / "lab.log").read_text()[-2000:])
+                time.sleep(0.5)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+            try:
+                yield base, browser
+            finally:
+                browser.close()
+    finally:
+        stop_group(proc)
+        log.close()
+
+
+def _open(browser: Any, base: str, path: str, width: int = 1400) -> Any:
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    page.set_default_timeout(60_000)  # a loaded machine: JupyterLab lays a notebook out for a while
+    page.goto(f"{base}/lab/tree/{path}?token={TOKEN}")
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=90_000)
+    return page
+
+
+def _wait_for_idle_kernel(base: str, page: Any, path: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    accept = page.locator(".jp-Dialog .jp-mod-accept")  # "Select Kernel", if JupyterLab asks
+    while time.monotonic() < deadline:
+        if accept.count() and accept.first.is_visible():
+            accept.first.click()
+        with urllib.request.urlopen(f"{base}/api/sessions?token={TOKEN}", timeout=5) as response:
+            sessions = json.loads(response.read())
+        if any(s.get("path") == path and s.get("kernel", {}).get("execution_state") == "idle" for s in sessions):
+            return
+        time.sleep(1)
+    raise AssertionError(f"no idle kernel for {path} after {timeout_s:g} s")
+
+
+def _code_cell(page: Any, source: str) -> Any:
+    """The first code cell of the open notebook whose text contains `source`."""
+    cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell", has_text=source).first
+    cell.wait_for(timeout=60_000)
+    return cell
+
+
+def _run(page: Any, cell: Any) -> None:
+    cell.locator(".jp-InputArea .cm-content").click()  # scrolls it into view once the layout is stable
+    page.keyboard.press("Shift+Enter")
+
+
+def _shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name))
+
+
+def test_a_check_run_before_the_import_cell_says_which_cell_to_run(lab):
+    base, browser = lab
+    path = f"my-labs/{LAB00}"
+    page = _open(browser, base, path)
+    try:
+        _wait_for_idle_kernel(base, page, path)
+        check = _code_cell(page, "check_saved_state_bytes(")  # 0.2's check, in a fresh kernel: nothing ran yet
+        _run(page, check)
+        output = check.locator(".jp-OutputArea-output")
+        output.first.wait_for(timeout=60_000)
+        text = output.first.inner_text()
+        assert "`check_saved_state_bytes` is not defined yet: run the lab's first code cell" in text, text
+        assert "Run All Above" in text
+        assert "NameError" not in check.inner_text() and "Traceback" not in check.inner_text()
+        _shot(page, "lab_flow_check_before_import.png")
+    except Exception:
+        _shot(page, "lab_flow_check_before_import_failure.png")
+        raise
+    finally:
+        page.close()
+
+
+def test_practise_link_opens_the_learners_copy(lab):
+    base, browser = lab
+    page = _open(browser, base, CHAPTER)
+    try:
+        link = page.locator(".jp-RenderedMarkdown a", has_text="lab 02").last
+        link.wait_for(timeout=60_000)
+        href = link.get_attribute("href")  # JupyterLab resolves it against the chapter's folder
+        assert f"/my-labs/{LAB02}" in href and f"/labs/{LAB02}" not in href, href
+        link.scroll_into_view_if_needed()
+        link.click()
+        page.locator(".lm-TabBar-tab.lm-mod-current", has_text=LAB02).wait_for()
+        page.wait_for_url(f"**/lab/tree/my-labs/{LAB02}*")  # JupyterLab's address names the open document's path
+        _shot(page, "lab_flow_practise_link.png")
+    except Exception:
+        _shot(page, "lab_flow_practise_link_failure.png")
+        raise
+    finally:
+        page.close()
+
+
+# The words of an element whose text is split over two lines (a word's glyphs on two different line boxes).
+SPLIT_WORDS = """(el) => {
+  const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  const split = [];
+  let node;
+  while ((node = walker.nextNode())) {
+    const re = /\\S+/g;
+    let m;
+    while ((m = re.exec(node.textContent))) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+      if (tops.size > 1) split.push(m[0]);
+    }
+  }
+  return split;
+}"""
+LINES = "(el) => Math.round(el.getBoundingClientRect().height / parseFloat(getComputedStyle(el).lineHeight))"
+
+
+def test_a_verdict_renders_in_the_notebooks_font_without_mid_word_breaks(lab):
+    base, browser = lab
+    path = f"my-labs/{LAB00}"
+    page = _open(browser, base, path, width=900)  # narrow: the verdict's long message must wrap
+    try:
+        _wait_for_idle_kernel(base, page, path)
+        page.click("text=Run >> nth=0")  # the Run menu
+        page.click("text=Run All Cells")
+        verdict = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .course-check", has_text="Exercise 0.1")
+        verdict.wait_for(timeout=120_000)
+        assert "NOT YET" in verdict.inner_text()
+        style = verdict.evaluate("el => { const s = getComputedStyle(el); return [s.fontFamily, s.wordBreak]; }")
+        prose = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown p").first
+        prose_font = prose.evaluate("el => getComputedStyle(el).fontFamily")
+        assert style[0] == prose_font and "monospace" not in style[0].lower(), (style, prose_font)
+        assert style[1] == "normal", style
+        assert verdict.evaluate(LINES) >= 3, "the message should wrap at this width"
+        assert verdict.evaluate(SPLIT_WORDS) == []
+        assert not verdict.locator("pre").count()
+        _shot(page, "lab_flow_verdict_font.png")
+    except Exception:
+        _shot(page, "lab_flow_verdict_font_failure.png")
+        raise
+    finally:
+        page.close()
