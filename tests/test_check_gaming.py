@@ -23,10 +23,10 @@ import pytest
 import torch
 from torch import nn
 
-from utils.checks import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, warmup
+from utils.checks import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, warmup
 from utils.checks.protocol import STRICT_ENV
 
-MODULES = (warmup, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09)
+MODULES = (warmup, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10)
 # a reasoning that names every prediction's quantities (utils.checks.core.REASONING_TERMS), so that what is tested
 # is the prediction and the function, not the reasoning
 WORDS = ("Per layer and token, the bytes of weights, gradients and Adam moments per parameter; the scale, amax and "
@@ -336,7 +336,46 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
         "check_plan": ((_plan_by_planner,), (_plan_by_planner,)),
         "check_chunked_loss": ((lambda h, w, t, c: torch.nn.functional.cross_entropy(h @ w.t(), t, ignore_index=-100),),
                                (_chunked_loss_by_library,)),
+        "check_pipeline_stage": ((lambda *a: ch10.reference_stage(*a),), (_stage_by_library,)),
+        "check_params_per_rank": ((lambda *a: ch10.reference_params_per_rank(*a),), (_params_by_library,)),
+        "check_layout": ((lambda *a: ch10.reference_layout(*a),), (_layout_by_planner,)),
+        "check_zero_traffic": ((lambda *a: ch10.reference_zero_traffic(*a),), (_zero_traffic_by_costs,)),
     }
+
+
+def _stage_by_library(layer_bytes: float, n_layer: int, stages: int, micro: int, schedule: str) -> tuple:
+    """Lab 10.1 through utils.parallel's pipeline ledger (the package doing the exercise's work)."""
+    import utils.parallel
+
+    in_flight = micro if schedule == "gpipe" else min(stages, micro)
+    held = layer_bytes * utils.parallel.pipeline_layers_held(n_layer, stages) * in_flight / stages
+    return held, (stages - 1) / (micro + stages - 1)
+
+
+def _params_by_library(d: int, heads: int, kv_heads: int, ffn: int, t: int) -> int:
+    """Lab 10.2 through utils.plan.block_parameters (the package's layer count)."""
+    import utils.plan
+    from utils.estimate import TransformerShape
+
+    return utils.plan.block_parameters(TransformerShape(1, d, heads, 1, 1)) // t
+
+
+def _layout_by_planner(model: str, n_gpus: int, budget: int, micro: int) -> Any:
+    """Lab 10.3 through the course's planner."""
+    import utils.plan
+    from utils.architectures import shape_of_model
+
+    return utils.plan.plan(shape_of_model(model, 4096), budget, micro, n_gpus=n_gpus).choice
+
+
+def _zero_traffic_by_costs(n_params: int, grad_bytes: int, stage: int, n_gpus: int, micro: int) -> float:
+    """Lab 10.4 through utils.plan.costs' communication line."""
+    import utils.plan
+    from utils.estimate import TransformerShape
+
+    sharding = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}[stage] if n_gpus > 1 else "none"
+    choice = utils.plan.Choice(precision="bf16-mixed", accumulation=micro, n_gpus=n_gpus, sharding=sharding)
+    return utils.plan.costs(TransformerShape(1, 64, 1, 1, 1), choice)["communication bytes"]
 
 
 def _saved_by_torch_save(state: dict) -> int:
