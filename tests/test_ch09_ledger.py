@@ -97,6 +97,7 @@ def choices(draw):
         offload_optimizer=offload,
         offload_parameters=offload and draw(st.booleans()),
         capability=draw(st.sampled_from([None, (7, 5), (8, 0), (9, 0)])),  # a T4 counts BF16 math attention
+        device=draw(st.sampled_from(["cuda", "cuda", "mps", "cpu"])),  # an Apple GPU: math attention always
     )
 
 

@@ -95,6 +95,18 @@ def test_the_math_kernels_bytes_in_bf16_are_measured(d_model: int, n_head: int, 
         Choice(capability=(7,))
 
 
+def test_an_apple_gpu_plans_with_the_math_kernel_in_every_precision():
+    """An Apple GPU trains with SDPA's math kernel whatever the dtype (attention.cpp, v2.13.0): the planner counts
+    it there (chapter 09's budgeted run overran its budget under the simulated Apple GPU before), not on a CPU."""
+    assert {Choice(precision=p, device="mps").attention for p in ("fp32", "bf16-mixed", "bf16")} == {"sdpa-math"}
+    assert Choice(precision="bf16", device="cpu", capability=(7, 5)).attention == "sdpa"  # a CPU's flash kernel
+    assert "Apple GPU" in Choice(device="mps").describe()
+    shape = shape_of(GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256))
+    assert plan(shape, 10**9, 4, device="mps").choice.device == "mps"
+    with pytest.raises(ValueError, match="device"):
+        Choice(device="tpu")
+
+
 def test_traced_memory_builds_two_layers_and_equals_the_full_trace():
     """The fast traced estimate builds the model with one layer and with two (not its 32) and extrapolates: the same
     bytes as the full trace, part by part."""

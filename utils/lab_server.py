@@ -204,19 +204,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reset-chapter", metavar="NN", help="set your saved copy of chapter NN aside (in "
                                                               "my-work/.previous/) and exit")
     args = parser.parse_args(argv)
+    # under `python -m utils.lab_server` this file runs as __main__, and utils.lab_contents raises the LabOpen of the
+    # imported module utils.lab_server, another class object: refuse with one line for either
+    import utils.lab_server as imported
+
+    refusals = (TypeError, ValueError, LabOpen, imported.LabOpen)
     if args.reset_chapter is not None:
         from utils.lab_contents import MyWork
 
         try:
             message = MyWork().reset_chapter(args.reset_chapter)
-        except (TypeError, ValueError, LabOpen) as exc:
+        except refusals as exc:
             parser.exit(2, f"utils.lab_server: {exc}\n")
         print(message)
         return
     if args.reset_lab is not None:
         try:
             fresh = reset_lab(args.reset_lab)
-        except (TypeError, ValueError, LabOpen) as exc:
+        except refusals as exc:
             parser.exit(2, f"utils.lab_server: {exc}\n")
         print(f"{fresh.relative_to(REPO_ROOT)} is a fresh copy of the lab (your old one is in my-labs/.previous/).")
         return

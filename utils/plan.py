@@ -146,9 +146,11 @@ class Choice:
     pipeline_stages: int = 1  # p: the layers split into p consecutive stages, one per GPU, 1F1B schedule
     pipeline_chunks: int = 1  # m > 1: the interleaved schedule, m model chunks per stage
     # The compute capability (major, minor) of the CUDA GPU the run targets, or None (a CPU, or a GPU the plan does
-    # not name): it decides SDPA's kernel (`attention`); below 8.0 BF16 attention runs the math kernel. An Apple GPU
-    # trains with the math kernel in every precision, which this ledger does not count (utils.estimate traces it)
+    # not name): it decides SDPA's kernel (`attention`); below 8.0 BF16 attention runs the math kernel
     capability: tuple[int, int] | None = None
+    # "cuda" (a CUDA GPU, or a GPU the plan does not name), "mps" (an Apple GPU: it trains with SDPA's math kernel in
+    # every precision, attention.cpp) or "cpu" (its flash kernel)
+    device: str = "cuda"
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)
@@ -192,13 +194,17 @@ class Choice:
                 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in self.capability)):
             raise TypeError(f"capability must be None or a (major, minor) tuple of non-negative ints, "
                             f"got {self.capability!r}")
+        check_choice("device", self.device, ("cuda", "mps", "cpu"))
 
     @property
     def attention(self) -> str:
         """SDPA's kernel for this run's attention ("sdpa": a fused kernel; "sdpa-math": the math kernel, which
-        keeps the T x T probabilities), from the precision the layers compute in and `capability`
-        (`utils.estimate.sdpa_attention`, read from torch's sdp_utils.cpp)."""
-        return sdpa_attention(_compute_precision(self.regime), self.capability)
+        keeps the T x T probabilities), from the device, the precision the layers compute in and `capability`
+        (`utils.estimate.sdpa_attention`, read from torch's sdp_utils.cpp; an Apple GPU always runs the math kernel
+        when training: attention.cpp)."""
+        if self.device == "mps":
+            return "sdpa-math"
+        return sdpa_attention(_compute_precision(self.regime), self.capability if self.device == "cuda" else None)
 
     @property
     def regime(self) -> str:
@@ -227,7 +233,7 @@ class Choice:
                   ] if self.pipeline_stages > 1 else []
         parts += [f"{self.sharding.upper()} over {self.n_gpus} GPUs"] if self.sharding != "none" else []
         parts += [f"math attention (compute capability {self.capability[0]}.{self.capability[1]})"
-                  ] if self.attention == "sdpa-math" else []
+                  if self.device == "cuda" else "math attention (Apple GPU)"] if self.attention == "sdpa-math" else []
         parts += ["parameters and optimizer offloaded to the host" if self.offload_parameters else
                   "optimizer offloaded to the host (ZeRO-Offload)"] if self.offload_optimizer else []
         return ", ".join(parts)
@@ -835,7 +841,7 @@ def _largest_micro_batch(shape: Shape, choice: Choice, budget: int, effective: i
 def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int = 1,
          allow_lora: bool = True, lora_rank: int = 16, allow_offload: bool = True,
          host_bytes: int | None = None, chunked_loss: int = 0, tensor_parallel: int = 1,
-         pipeline_stages: int = 1, capability: tuple[int, int] | None = None) -> Plan:
+         pipeline_stages: int = 1, capability: tuple[int, int] | None = None, device: str = "cuda") -> Plan:
     """The least intrusive configuration that fits `budget_bytes` per GPU (use `usable_budget` for a GPU), with the
     reasoning of each step. `effective_batch` is the sequences each GPU trains per optimizer step (micro-batch x
     accumulation); with data parallelism over `n_gpus` the global batch is n_gpus times it. Order: BF16 mixed
@@ -848,7 +854,8 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
     checkpointing (0: not offered). `tensor_parallel` and `pipeline_stages` fix a model-parallel layout for every
     step (`n_gpus` data-parallel replicas of t x p GPUs each); offload is then not tried (this ledger does not model
     it with them). `capability` is the target GPU's compute capability (`Choice.capability`): below 8.0 (a T4, a
-    V100) the BF16 steps count SDPA's math kernel, which keeps the attention probabilities."""
+    V100) the BF16 steps count SDPA's math kernel, which keeps the attention probabilities; `device` "mps" (an Apple
+    GPU) counts it in every precision (`Choice.device`)."""
     check_instance("shape", shape, SHAPES)
     check_int("budget_bytes", budget_bytes, minimum=1)
     check_int("effective_batch", effective_batch, minimum=1)
@@ -898,7 +905,7 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
         return note(f"the largest micro-batch that fits: {best.micro_batch} x {best.accumulation} accumulation", best)
 
     choice = Choice(micro_batch=effective_batch, n_gpus=n_gpus, tensor_parallel=tensor_parallel,
-                    pipeline_stages=pipeline_stages, capability=capability)
+                    pipeline_stages=pipeline_stages, capability=capability, device=device)
     current = note("full fine-tuning in FP32, whole batch at once", choice)
     if current.fits:
         return current
