@@ -25,7 +25,9 @@ START, END = "<!-- minutes-table:start (python -m utils.workshop) -->", "<!-- mi
 
 
 def _minutes(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds / 60:.1f}"
+    if seconds is None:
+        return "-"
+    return "< 0.1" if seconds < 3 else f"{seconds / 60:.1f}"  # 0.0 would read as "no time at all"
 
 
 def minutes_rows() -> tuple[list[list[str]], list[str]]:
@@ -59,7 +61,7 @@ def minutes_rows() -> tuple[list[list[str]], list[str]]:
             lab_minutes = f"{auto:.0f}" + (f" + {by_hand:.0f} challenge" if by_hand else "")
         rows.append([number, title, _minutes(outputs.get("seconds")), *predicted, lab_minutes])
     device = ", ".join(sorted(devices))
-    headers = ["ch", "chapter", f"CPU run, min (measured, best case: one `make outputs` run, {device})",
+    headers = ["ch", "chapter", f"CPU run, min (measured: one `make outputs` run, {device})",
                "T4, min (predicted; ≥ bound)", "H100, min (predicted; ≥ bound)", "lab, min (planned)"]
     return rows, headers
 
