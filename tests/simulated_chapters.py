@@ -26,7 +26,8 @@ CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"
 # utils.estimate's `validate` picks the SDPA kernel a GPU runs by its capability (chapter 01 calls it).
 CAPABILITY_READS = re.compile(r"capability|is_bf16_supported|gates\.|transformer_engine_status|te_status|tf32|"
                               r"\bvalidate\(")
-CAPABILITY_MODULES = ("env", "chapters", "gpu_check", "results", "estimate")
+CAPABILITY_MODULES = ("env", "chapters", "gpu_check", "results", "estimate",
+                      "plan")  # plan: a Choice's capability, which the chapter passes in, never the device's
 
 
 def reads_capability(notebook: str) -> bool:

@@ -128,7 +128,7 @@ def test_bad_input():
     with pytest.raises(TypeError, match="flops"):
         Work("x", 1.5, 1, "fp32")
     with pytest.raises(ValueError, match="chapter"):
-        chapter_work("10", 16)
+        chapter_work("11", 16)
     with pytest.raises(TypeError, match="cfg"):
         gpt_step_flops("gpt2", 1)
     with pytest.raises(TypeError, match="gpu"):

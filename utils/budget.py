@@ -29,7 +29,7 @@ REPORTED_GIB: dict[str, float] = {"T4 (16 GB)": 14.7, "A10G (24 GB)": 22.5, "L4 
                                   "A40 (48 GB)": 44.4, "RTX A6000 (48 GB)": 47.5, "A100 (80 GB)": 79.1,
                                   "H100 (80 GB)": 79.1, "H200 (141 GB)": 139.8}
 # Their compute capability (NVIDIA's table, developer.nvidia.com/cuda-gpus): it decides SDPA's kernel for BF16
-# attention (below 8.0 the math kernel, which keeps the probabilities: utils.plan.Choice.capability).
+# attention (below 8.0 the math kernel, which keeps the probabilities: the capability field of utils.plan.Choice).
 CAPABILITY: dict[str, tuple[int, int]] = {"T4 (16 GB)": (7, 5), "A10G (24 GB)": (8, 6), "L4 (24 GB)": (8, 9),
                                           "RTX 4090 (24 GB)": (8, 9), "A100 (40 GB)": (8, 0), "L40S (48 GB)": (8, 9),
                                           "A40 (48 GB)": (8, 6), "RTX A6000 (48 GB)": (8, 6), "A100 (80 GB)": (8, 0),
