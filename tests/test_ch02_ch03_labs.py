@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import struct
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 from utils.checks import ch02, ch03
 from utils.checks.core import CheckFailed
+from utils.checks.protocol import STRICT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +50,19 @@ def test_lab02_decode_tuned_to_public_values_fails_hidden():
     hidden("ch02")["2.1"](decode_fp16)  # the right answer passes
     with pytest.raises(CheckFailed):
         hidden("ch02")["2.1"](unsigned_zero_decode)
+
+
+def test_lab02_decode_through_a_struct_object_is_refused(monkeypatch: pytest.MonkeyPatch):
+    """The outside review's escape: struct's half-precision format through a Struct object's own method (the watch
+    covered struct.unpack, not Struct("<e").unpack) scored 2.1 in full; it is the library decoding for the learner."""
+    half = struct.Struct("<e")
+
+    def by_struct(code: int) -> float:
+        return half.unpack(code.to_bytes(2, "little"))[0]
+
+    monkeypatch.delenv(STRICT_ENV, raising=False)  # a verdict, not the strict mode's exception
+    verdict = ch02.check_decode_fp16(by_struct)
+    assert verdict.status == "failed" and "Struct.unpack" in str(verdict)
 
 
 def test_lab02_zero_fraction_tuned_to_e4m3_fails_hidden_e5m2():

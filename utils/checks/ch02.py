@@ -25,7 +25,7 @@ from utils.checks.core import (
 from utils.formats import decode, encode
 
 # The library implementations of exercise 2.1: the course's codec and struct's half-precision format
-DECODE_LIBRARY = (decode, encode, struct.unpack, struct.unpack_from)
+DECODE_LIBRARY = (decode, encode, struct.unpack, struct.unpack_from, struct.Struct.unpack, struct.Struct.unpack_from)
 DECODE_MODULES = ("numpy",)  # numpy's float16 (a view or cast of the bits) decodes the format for the learner
 
 

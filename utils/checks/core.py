@@ -251,8 +251,11 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     A submission that hands back the reference's answer by calling it earns nothing. Wrap only the learner's calls.
     """
     builtins = {id(t) for t in targets if inspect.isbuiltin(t)}
-    codes: set[Any] = set().union(*(_codes(t) for t in targets if not inspect.isbuiltin(t)))
-    if not codes and not builtins and not dtypes and not modules:
+    # a C type's method (struct.Struct.unpack): every bound copy of it, on any instance of the type
+    methods = {(t.__objclass__, t.__name__) for t in targets if inspect.ismethoddescriptor(t)}
+    codes: set[Any] = set().union(*(_codes(t) for t in targets
+                                    if not inspect.isbuiltin(t) and not inspect.ismethoddescriptor(t)))
+    if not codes and not builtins and not methods and not dtypes and not modules:
         raise ValueError("own_work needs a Python function, a class, a builtin, a dtype or a module to watch")
     # copies are matched on the targets' own functions (a lambda or a generator expression is too short and too
     # common to tell apart from the learner's; a copied function still runs the originals' nested code objects)
@@ -272,7 +275,8 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                 elif folders and any(f in _module_of(code) for f in folders):
                     hits.append(f"a call to {code.co_name} of {modules[0]}")
             elif event == "c_call":
-                if id(arg) in builtins:
+                if id(arg) in builtins or (methods and (type(getattr(arg, "__self__", None)),
+                                                         getattr(arg, "__name__", "")) in methods):
                     hits.append(f"a call to {getattr(arg, '__qualname__', repr(arg))}")
                 elif any(arg is s for s in _WATCH_SWITCHES) and frame.f_code is not _OWN_WORK_CODE:
                     hits.append(f"a call to sys.{arg.__name__} (switching off the check's watch)")
