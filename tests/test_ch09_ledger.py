@@ -1,14 +1,13 @@
 """Chapter 09's ledger is written in the notebook; utils.plan packages it. These tests exec the notebook's
 functions and check that they give the same bytes as utils.plan's on many inputs, so the two never drift apart."""
 
-import ast
 from dataclasses import replace
 from pathlib import Path
 
-import nbformat
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from notebook_lessons import exec_lesson
 
 import utils.plan as packaged
 from utils.estimate import TransformerShape, transformer_activation_bytes
@@ -32,19 +31,6 @@ LESSON = (
 @pytest.fixture(scope="module")
 def lesson() -> dict:
     """The notebook's lesson functions, exec'd from the cells' source."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    found = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:  # a cell with IPython magics holds no lesson function
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name in LESSON:
-                found[node.name] = ast.get_source_segment(cell.source, node)
-    assert set(found) == set(LESSON), f"missing in the notebook: {set(LESSON) - set(found)}"
     namespace = {
         "TransformerShape": TransformerShape,
         "transformer_activation_bytes": transformer_activation_bytes,
@@ -61,9 +47,7 @@ def lesson() -> dict:
         "MIB": 2**20,
         "GIB": 2**30,
     }
-    for source in found.values():
-        exec(compile(source, str(NOTEBOOK), "exec"), namespace)
-    return namespace
+    return exec_lesson(NOTEBOOK, LESSON, namespace)
 
 
 shapes = st.builds(

@@ -2,14 +2,13 @@
 the notebook's functions and check that they give the same bytes as the packaged ones on many inputs (the pattern of
 tests/test_ch09_ledger.py), so the lesson and the planner never drift apart."""
 
-import ast
 from dataclasses import replace
 from pathlib import Path
 
-import nbformat
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from notebook_lessons import exec_lesson
 
 import utils.parallel as parallel
 import utils.plan as planner
@@ -26,26 +25,11 @@ LESSON = ("zero_bytes_per_gpu", "layer_activation_bytes", "replicated_layer_byte
 @pytest.fixture(scope="module")
 def lesson() -> dict:
     """The notebook's lesson functions, exec'd from the cells' source."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    found = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name in LESSON:
-                found[node.name] = ast.get_source_segment(cell.source, node)
-    assert set(found) == set(LESSON), f"missing in the notebook: {set(LESSON) - set(found)}"
     namespace = {"replace": replace, "Choice": Choice, "TransformerShape": TransformerShape,
                  "ArchitectureShape": ArchitectureShape, "block_parameters": block_parameters, "planner": planner,
                  "check_bool": check_bool, "check_choice": check_choice, "check_instance": check_instance,
                  "check_int": check_int}
-    for source in found.values():
-        exec(compile(source, str(NOTEBOOK), "exec"), namespace)
-    return namespace
+    return exec_lesson(NOTEBOOK, LESSON, namespace)
 
 
 gpt_shapes = st.builds(
