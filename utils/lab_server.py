@@ -204,11 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reset-chapter", metavar="NN", help="set your saved copy of chapter NN aside (in "
                                                               "my-work/.previous/) and exit")
     args = parser.parse_args(argv)
-    # under `python -m utils.lab_server` this file runs as __main__, and utils.lab_contents raises the LabOpen of the
-    # imported module utils.lab_server, another class object: refuse with one line for either
-    import utils.lab_server as imported
-
-    refusals = (TypeError, ValueError, LabOpen, imported.LabOpen)
+    refusals = (TypeError, ValueError, LabOpen)
     if args.reset_chapter is not None:
         from utils.lab_contents import MyWork
 
@@ -256,5 +252,8 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(proc.wait())
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m utils.lab_server`: run the imported module's main, so that the LabOpen
+    # utils.lab_contents raises (utils.lab_server.LabOpen) is the class main catches, not a __main__ copy of it
+    from utils.lab_server import main as module_main
+
+    module_main()
