@@ -49,8 +49,11 @@ def test_a_failing_notebook_is_reported_with_its_cell(tmp_path):
     nb.cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("raise ValueError('boom')")]
     path = tmp_path / "99_broken.ipynb"
     nbformat.write(nb, path)
-    result = run_chapter(path, size="tiny", cell_timeout=120, record=False, prelude=setup_cell_source("t4"))
+    result = run_chapter(path, size="tiny", cell_timeout=120, record=False, prelude=setup_cell_source("t4"),
+                         keep_to=tmp_path / "executed")
     assert not result.passed and "cell 1: ValueError: boom" in result.reason
+    kept = nbformat.read(tmp_path / "executed" / "99_broken.ipynb", as_version=4)
+    assert any(o.get("ename") == "ValueError" for c in kept.cells for o in c.get("outputs", []))
     assert result.peak_allocated is not None  # the epilogue still ran
 
 
@@ -135,3 +138,33 @@ def test_report_shows_the_time_models_prediction_for_reference_gpus():
     assert gpu_check.predicted_wall("NVIDIA L4", 24, "04") == "-"  # not a reference GPU: no prediction
     assert gpu_check.predicted_wall("Tesla T4", 16, "00").isdigit()  # chapter 00 has a work list (issue 33)
     assert "device peak GiB (nvidia-smi, sampled)" in text and "a lower bound of the true peak" in text
+
+
+def test_a_stopped_run_keeps_what_it_measured_and_a_time_limit_reports_what_did_not_run(tmp_path, monkeypatch):
+    """A lease can end mid-run: the summary is written after each chapter, and chapters past --time-limit are
+    listed as not run rather than missing."""
+    calls = []
+
+    def fake_run(path, **kw):
+        calls.append(path.name[:2])
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the run is stopped during the second chapter
+        return ChapterResult(path.name, True, "every cell ran", 1.0, 1, 2)
+
+    monkeypatch.setattr(gpu_check, "run_chapter", fake_run)
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.check(["00", "01", "02"], size="tiny", results_root=tmp_path, prelude=setup_cell_source("t4"),
+                        run_estimator=False)
+    path = tmp_path / "tesla-t4-simulated-on-cpu" / "gpu_check.json"
+    summary = json.loads(path.read_text())
+    assert [c["notebook"][:2] for c in summary["chapters"]] == ["00"]
+    assert summary["complete"] is False and summary["passed"] is False
+
+    calls.clear()
+    ok, text = gpu_check.check(["00", "01"], size="tiny", results_root=tmp_path, prelude=setup_cell_source("t4"),
+                               run_estimator=False, time_limit_s=1e-9)
+    assert not ok and calls == [] and text.count("not run: the 1e-09 s time limit had passed") == 2
+    summary = json.loads(path.read_text())
+    assert summary["complete"] is True and [c["passed"] for c in summary["chapters"]] == [False, False]
+    with pytest.raises(ValueError, match="time_limit_s"):
+        gpu_check.check(["00"], time_limit_s=0)

@@ -9,8 +9,9 @@ On a CUDA GPU it
    GPU: the kernel, its child processes such as chapter 07's fragmentation child and chapter 06's workers, and each
    one's CUDA context; a short spike between two samples can be missed, so it is a lower bound of the true peak);
 3. compares the course's memory estimator with the measured step peak on the validation configurations of
-   `utils.estimate.validate` (goal: within 5%);
-4. writes results/<device>/gpu_check.json and gpu_check.md, and prints a table of what passed and what did not,
+   `utils.estimate.validate` (goal: within 5%), before the chapters;
+4. writes results/<device>/gpu_check.json and gpu_check.md (after each chapter, so a stopped run keeps what it
+   measured; `--time-limit S` starts no chapter after S seconds), and prints a table of what passed and what did not,
    with the reason. It exits 0 when everything passed, 1 otherwise.
 
 Without a CUDA GPU it prints one line saying so (with the remedy when torch's CUDA build does not suit the driver:
@@ -179,8 +180,9 @@ class DevicePeakSampler:
 
 def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, record: bool = True,
                 prelude: str = "", extra_env: dict[str, str] | None = None,
-                device_uuid: str | None = None) -> ChapterResult:
-    """Run one notebook in a fresh kernel at `size`; never raises for a failing notebook (it is reported)."""
+                device_uuid: str | None = None, keep_to: Path | None = None) -> ChapterResult:
+    """Run one notebook in a fresh kernel at `size`; never raises for a failing notebook (it is reported).
+    With `keep_to`, the executed notebook (the GPU's own outputs) is written into that folder."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -197,6 +199,8 @@ def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, rec
     nb.cells = extra + nb.cells + [nbformat.v4.new_code_cell(PEAK_EPILOGUE)]
     env = dict(os.environ, COURSE_SIZE=size, COURSE_RECORD="1" if record else "0", MPLBACKEND="Agg")
     env.update(extra_env or {})
+    # The kernel imports utils from this checkout, installed or not (a GPU image's own python3 runs it too).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
                             config=notebook_client_config(),
                             resources={"metadata": {"path": str(path.parent)}})
@@ -212,6 +216,9 @@ def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, rec
         except Exception as exc:  # noqa: BLE001 (any failure of the run is reported, not raised)
             reason = f"{type(exc).__name__}: {_first_line(exc)}"
     wall = time.perf_counter() - t0
+    if keep_to is not None:
+        Path(keep_to).mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, Path(keep_to) / path.name)
     failed, peak = [], None
     first_real = len(extra)
     for index, cell in enumerate(nb.cells):
@@ -344,40 +351,64 @@ def report(device: str, tier: int, size: str, chapters: list[ChapterResult], est
 def check(chapters: list[str] | None = None, *, size: str | None = None, cell_timeout: int = 1800,
           results_root: Path | None = None, record: bool = True, prelude: str = "",
           validate_configs: list[dict[str, Any]] | None = None, run_estimator: bool = True,
-          extra_env: dict[str, str] | None = None) -> tuple[bool, str]:
-    """Run the GPU check (see the module doc); returns (everything passed, the report)."""
+          extra_env: dict[str, str] | None = None, time_limit_s: float | None = None,
+          keep_to: Path | None = None) -> tuple[bool, str]:
+    """Run the GPU check (see the module doc); returns (everything passed, the report).
+
+    The estimator is checked first, then the chapters in order; the summary is rewritten after each chapter, so a
+    run that is stopped keeps what it measured. A chapter that would start after `time_limit_s` is reported as not
+    run (a host with a short lease still gets a complete table)."""
     from utils.results import RESULTS_DIR, device_slug
 
     size = "full" if size is None else check_choice("size", size, ("tiny", "quick", "full"))
+    if time_limit_s is not None and not (isinstance(time_limit_s, int | float) and time_limit_s > 0):
+        raise ValueError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
+    start = time.perf_counter()
     device = query_device(prelude, extra_env)
     if device is None:
         raise RuntimeError("gpu-check needs a CUDA GPU")
     tier = device["tier"]
-    results: list[ChapterResult] = []
-    for path in chapter_notebooks(chapters):
-        print(f"running {path.name} at size {size} ...", flush=True)
-        result = run_chapter(path, size=size, cell_timeout=cell_timeout, record=record, prelude=prelude,
-                             extra_env=extra_env, device_uuid=device.get("uuid"))
-        print(f"  {'passed' if result.passed else 'FAILED'} in {result.wall_s:.1f} s: {result.reason}", flush=True)
-        results.append(result)
+    folder = Path(results_root or RESULTS_DIR) / device_slug(device["name"])
+    folder.mkdir(parents=True, exist_ok=True)
     estimates: list[EstimateResult] = []
     estimate_error = ""
     if run_estimator:
+        print("checking the estimator against measured steps ...", flush=True)
         try:
             rows = _in_child(ESTIMATOR_QUERY, prelude=prelude,
                              extra_env={**(extra_env or {}), "GPU_CHECK_CONFIGS": json.dumps(validate_configs)})
             estimates = [EstimateResult(**row) for row in rows]
         except Exception as exc:  # noqa: BLE001 (reported in the table)
             estimate_error = f"{type(exc).__name__}: {_first_line(exc)}"
+    results: list[ChapterResult] = []
+    paths = chapter_notebooks(chapters)
+    for number, path in enumerate(paths):
+        if time_limit_s is not None and time.perf_counter() - start > time_limit_s:
+            result = ChapterResult(path.name, False, f"not run: the {time_limit_s:g} s time limit had passed", 0.0)
+        else:
+            print(f"running {path.name} at size {size} ...", flush=True)
+            result = run_chapter(path, size=size, cell_timeout=cell_timeout, record=record, prelude=prelude,
+                                 extra_env=extra_env, device_uuid=device.get("uuid"), keep_to=keep_to)
+            print(f"  {'passed' if result.passed else 'FAILED'} in {result.wall_s:.1f} s: {result.reason}",
+                  flush=True)
+        results.append(result)
+        ok, text = _write_summary(folder, device, tier, size, results, estimates, estimate_error,
+                                  complete=number == len(paths) - 1)
+    if not paths:
+        ok, text = _write_summary(folder, device, tier, size, results, estimates, estimate_error, complete=True)
+    return ok, text
+
+
+def _write_summary(folder: Path, device: dict[str, Any], tier: int, size: str, results: list[ChapterResult],
+                   estimates: list[EstimateResult], estimate_error: str, *, complete: bool) -> tuple[bool, str]:
+    """Write gpu_check.json and gpu_check.md in `folder` for the chapters run so far; returns (passed, report)."""
     text = report(device["name"], tier, size, results, estimates, estimate_error)
-    ok = all(r.passed for r in results) and all(e.passed for e in estimates) and not estimate_error
-    folder = Path(results_root or RESULTS_DIR) / device_slug(device["name"])
-    folder.mkdir(parents=True, exist_ok=True)
+    ok = complete and all(r.passed for r in results) and all(e.passed for e in estimates) and not estimate_error
     summary = {"kind": "gpu_check",
                "device": {"name": device["name"], "capability": device["capability"],
                           "total_memory": device["total_memory"]},
                "tier": tier, "size": size, "torch": torch.__version__, "date": dt.date.today().isoformat(),
-               "passed": ok, "chapters": [asdict(r) for r in results],
+               "passed": ok, "complete": complete, "chapters": [asdict(r) for r in results],
                "estimator": [asdict(e) | {"error": e.error, "passed": e.passed} for e in estimates],
                "estimator_error": estimate_error}
     (folder / "gpu_check.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
@@ -393,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell (default 1800)")
     parser.add_argument("--no-record", action="store_true", help="do not write reference results")
     parser.add_argument("--no-estimator", action="store_true", help="skip the estimator check")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="S",
+                        help="start no chapter after S seconds (those left are reported as not run)")
+    parser.add_argument("--keep-notebooks", type=Path, default=None, metavar="DIR",
+                        help="write each executed notebook (its GPU outputs) into DIR")
     args = parser.parse_args(argv)
     check_str("size", args.size)
     try:
@@ -404,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         print(no_gpu_line(), file=sys.stderr)
         return NO_GPU_EXIT
     ok, text = check(args.chapters, size=args.size, cell_timeout=args.cell_timeout, record=not args.no_record,
-                     run_estimator=not args.no_estimator)
+                     run_estimator=not args.no_estimator, time_limit_s=args.time_limit,
+                     keep_to=args.keep_notebooks)
     print()
     print(text)
     print()
