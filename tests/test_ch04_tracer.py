@@ -103,6 +103,7 @@ def test_the_tracer_sees_cuda_autocast_without_a_gpu() -> None:
                 F.softmax(y, -1)
                 F.layer_norm(y, (8,))
                 torch.addcmul(x, y, y)
+                F.cross_entropy(y, torch.zeros(4, dtype=torch.long, device="cuda"))
         finally:
             torch.set_autocast_enabled("cuda", before[0])
             torch.set_autocast_dtype("cuda", before[1])
@@ -110,3 +111,6 @@ def test_the_tracer_sees_cuda_autocast_without_a_gpu() -> None:
     assert seen["mm"] == "bfloat16"  # lower precision
     assert seen["_softmax"] == "float32" and seen["native_layer_norm"] == "float32"  # CUDA's FP32 list
     assert seen["addcmul"] == "float32"  # promote: the widest input (x is FP32)
+    # cross_entropy is on no CUDA list: it passes its input's dtype to log_softmax, which FP32_SET_OPT_DTYPE then keeps
+    # (LossNLL.cpp), so the log-probabilities stay BF16 and only nll_loss runs in FP32, as the H100 run traced it
+    assert seen["_log_softmax"] == "bfloat16" and seen["nll_loss_forward"] == "float32"

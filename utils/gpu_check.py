@@ -197,7 +197,9 @@ def run_chapter(path: Path, *, size: str = "full", cell_timeout: int = 1800, rec
     if prelude:
         extra.insert(0, nbformat.v4.new_code_cell(prelude))
     nb.cells = extra + nb.cells + [nbformat.v4.new_code_cell(PEAK_EPILOGUE)]
-    env = dict(os.environ, COURSE_SIZE=size, COURSE_RECORD="1" if record else "0", MPLBACKEND="Agg")
+    # a kept notebook keeps its figures (the inline backend); otherwise nothing is drawn for anyone
+    backend = "Agg" if keep_to is None else "module://matplotlib_inline.backend_inline"
+    env = dict(os.environ, COURSE_SIZE=size, COURSE_RECORD="1" if record else "0", MPLBACKEND=backend)
     env.update(extra_env or {})
     # The kernel imports utils from this checkout, installed or not (a GPU image's own python3 runs it too).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
