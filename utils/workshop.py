@@ -3,7 +3,8 @@
 For each chapter: the minutes its committed run took on the CPU that made the outputs (`course.outputs.seconds`
 in the notebook, written by `make outputs`), the minutes `utils.time_model` predicts at full size on a T4 and on an
 H100 (a prediction: FLOPs at assumed sustained rates, the measured per-op host overhead and the chapter's fixed
-costs), with the lower bound beside it (the matmul FLOPs at the datasheet peak, which no run beats),
+costs), with the lower bound beside it (the matmul FLOPs at the datasheet peak, which no run beats), the minutes
+each real GPU run of `make gpu-check` took at full size (results/<gpu>/gpu_check.json: the check of the prediction),
 and the minutes its lab's exercises are planned to take (the labs' metadata, as in docs/instructors.md).
 `make outputs` and `make labs` leave it stale; `python -m utils.workshop` rewrites it, and a test fails while
 the document and the data disagree.
@@ -30,11 +31,28 @@ def _minutes(seconds: float | None) -> str:
     return "< 0.1" if seconds < 3 else f"{seconds / 60:.1f}"  # 0.0 would read as "no time at all"
 
 
+def gpu_runs(results: Path = REPO_ROOT / "results") -> list[tuple[str, dict[str, float]]]:
+    """(column header, {chapter number: wall seconds}) of each committed `make gpu-check` run at full size."""
+    runs = []
+    for path in sorted(Path(results).glob("*/gpu_check.json")):
+        try:
+            run = json.loads(path.read_text(encoding="utf-8"))
+            walls = {c["notebook"][:2]: float(c["wall_s"]) for c in run["chapters"] if c["wall_s"] > 0}
+            name, torch_version, size = run["device"]["name"], run["torch"], run["size"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a gpu-check summary ({exc})") from exc
+        if size == "full" and walls:
+            runs.append((f"{name}, min (measured: make gpu-check, torch {torch_version})", walls))
+    return runs
+
+
 def minutes_rows() -> tuple[list[list[str]], list[str]]:
-    """One row per chapter: title, CPU minutes (measured), T4 and H100 compute minutes (predicted), lab minutes."""
+    """One row per chapter: title, CPU minutes (measured), T4 and H100 compute minutes (predicted), the minutes of
+    each committed GPU run (measured), lab minutes."""
     from utils.labs import lab_exercises, read_notebook
     from utils.time_model import CHAPTERS, GPUS, chapter_work, datasheet_bound_seconds, predicted_seconds
 
+    measured = gpu_runs()
     rows, devices = [], set()
     for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
@@ -59,10 +77,12 @@ def minutes_rows() -> tuple[list[list[str]], list[str]]:
             auto = sum(e.minutes or 0 for e in exercises if e.check is not None)
             by_hand = sum(e.minutes or 0 for e in exercises if e.check is None)
             lab_minutes = f"{auto:.0f}" + (f" + {by_hand:.0f} challenge" if by_hand else "")
-        rows.append([number, title, _minutes(outputs.get("seconds")), *predicted, lab_minutes])
+        rows.append([number, title, _minutes(outputs.get("seconds")), *predicted,
+                     *(_minutes(walls.get(number)) for _, walls in measured), lab_minutes])
     device = ", ".join(sorted(devices))
     headers = ["ch", "chapter", f"CPU run, min (measured: one `make outputs` run, {device})",
-               "T4, min (predicted; ≥ bound)", "H100, min (predicted; ≥ bound)", "lab, min (planned)"]
+               "T4, min (predicted; ≥ bound)", "H100, min (predicted; ≥ bound)", *(h for h, _ in measured),
+               "lab, min (planned)"]
     return rows, headers
 
 
