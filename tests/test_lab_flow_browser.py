@@ -220,8 +220,11 @@ def test_a_verdict_renders_in_the_notebooks_font_without_mid_word_breaks(lab):
     page = _open(browser, base, path, width=900)  # narrow: the verdict's long message must wrap
     try:
         _wait_for_idle_kernel(base, page, path)
-        page.click("text=Run >> nth=0")  # the Run menu
-        page.click("text=Run All Cells")
+        # focus this notebook first: the workspace restores the other tests' tabs, and the Run menu acts on the
+        # notebook that last had focus, which need not be the tab on show
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.click()
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
         verdict = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .course-check", has_text="Exercise 0.1")
         verdict.wait_for(timeout=120_000)
         assert "NOT YET" in verdict.inner_text()
