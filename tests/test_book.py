@@ -26,6 +26,9 @@ def test_links_to_repository_files_go_to_github() -> None:
     text = "see [lab 05](../labs/05_x.ipynb) and [the glossary](../docs/glossary.md#ulp)"
     out = book._rewrite_links(text, "https://github.com/o/n")
     assert "(https://github.com/o/n/blob/main/labs/05_x.ipynb)" in out and "(../docs/glossary.md#ulp)" in out
+    # the learner's own copy exists only in a clone: on the site, the link goes to the lab it copies
+    out = book._rewrite_links("**Practise:** [lab 03](../my-labs/lab03_loss_scaling.ipynb), your own copy", "https://g/o/n")
+    assert "[lab 03](https://g/o/n/blob/main/labs/lab03_loss_scaling.ipynb)" in out and "my-labs" not in out
 
 
 def _printed_tables(chapter: Path) -> int:

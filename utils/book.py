@@ -35,6 +35,7 @@ BUILD_DIR = REPO_ROOT / "build" / "book"
 SOURCES = ("notebooks", "docs", "results")  # what the site is made from
 PAGES = ("docs/glossary.md", "docs/claims.md", "docs/instructors.md", "docs/workshop.md")
 _BADGE = re.compile(r"\[!\[([^\]]*)\]\(https?://[^)\s]+\)\]\((https?://[^)\s]+)\)")
+_MY_LAB_LINK = re.compile(r"\]\((\.\./)?my-labs/([^)\s]*)\)")
 _NON_PAGE_LINK = re.compile(r"\]\((\.\./)?((?:labs|solutions|utils|results|tests|grading)/[^)\s]*)\)")
 
 CONF = '''\
@@ -86,7 +87,9 @@ def _committed_copy(repo: Path, dest: Path) -> tuple[str, list[str]] | None:
 
 
 def _rewrite_links(text: str, url: str) -> str:
-    """Links to repository files that are not pages of the site (labs, solutions, utils, ...) go to GitHub."""
+    """Links to repository files that are not pages of the site (labs, solutions, utils, ...) go to GitHub; a link
+    to the learner's own copy (my-labs/, made by `make lab`, absent on the site) goes to the lab it copies."""
+    text = _MY_LAB_LINK.sub(r"](\1labs/\2)", text)
     return _NON_PAGE_LINK.sub(lambda m: f"]({url}/blob/main/{m.group(2)})", text)
 
 
