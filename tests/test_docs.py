@@ -98,3 +98,16 @@ def test_github_workflow_runs_the_courses_ci() -> None:
     assert "bash .ci/run" in steps
     assert "whl/cpu" in job["env"]["TORCH"]
     assert True in workflow or "on" in workflow  # YAML 1.1 reads the key `on` as True
+
+
+def test_every_glossary_entry_has_an_explicit_lowercase_anchor() -> None:
+    """JupyterLab keeps a heading's case in its id, so the chapters' lowercase links need `<a id>` anchors (issue 37):
+    every entry has one, matching the anchor the chapters link, and a stale one is replaced, not duplicated."""
+    from utils import glossary
+
+    text = glossary.GLOSSARY.read_text(encoding="utf-8")
+    assert glossary.with_explicit_anchors(text) == text
+    for term in glossary.terms():
+        assert f'<a id="{term.anchor}"></a>\n### {term.name}\n' in text, term.name
+    stale = '<a id="old"></a>\n### Loss scale\nx\n'
+    assert glossary.with_explicit_anchors(stale) == '<a id="loss-scale"></a>\n### Loss scale\nx\n'

@@ -159,6 +159,22 @@ def unit_problems(text: str) -> list[str]:
     return found
 
 
+def with_explicit_anchors(text: str) -> str:
+    """The glossary's text with an explicit `<a id="anchor"></a>` line before each entry's heading. JupyterLab keeps
+    a heading's case in its id (`#Compute-capability`) where GitHub and Sphinx lower it, so the chapters' lowercase
+    links land on the term in JupyterLab only through such an anchor; it works on GitHub and the site too."""
+    lines = text.splitlines()
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("### "):
+            anchor = f'<a id="{github_anchor(line[4:])}"></a>'
+            while out and out[-1].startswith('<a id="'):  # an earlier (possibly stale) anchor is replaced
+                out.pop()
+            out.append(anchor)
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
 def _markdown_cells(path: Path) -> tuple[nbformat.NotebookNode, list[int]]:
     nb = nbformat.read(path, as_version=4)
     return nb, [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"]
@@ -185,11 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     glossary = terms()
     chapters = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    text = GLOSSARY.read_text(encoding="utf-8")
     if args.apply:
+        if with_explicit_anchors(text) != text:
+            GLOSSARY.write_text(with_explicit_anchors(text), encoding="utf-8")
+            print(f"{GLOSSARY.name}: explicit anchors written")
         for path in chapters:
             print(f"{path.name}: {apply(path, glossary)} link(s) added")
         return 0
-    problems = []
+    problems = [] if with_explicit_anchors(text) == text else [f"{GLOSSARY.name}: an entry lacks its explicit anchor"]
     for path in chapters:
         nb, indexes = _markdown_cells(path)
         missing = unlinked_terms([nb.cells[i].source for i in indexes], glossary)
