@@ -55,3 +55,17 @@ def test_paths_are_scrubbed_from_outputs() -> None:
 
 def test_only_must_name_a_chapter() -> None:
     assert outputs.main(["--check", "--only", "77"]) == 2
+
+
+def test_progress_bar_frames_are_stored_as_a_terminal_shows_them() -> None:
+    """Issue 37: tqdm's frames ('\\r'-separated, often in separate stream outputs) were stored one per output, and the
+    website showed every frame as a line. Stored outputs keep what a terminal shows: each bar's last frame."""
+    from utils.outputs import as_a_terminal_shows, collapse_streams
+
+    frames = [{"output_type": "stream", "name": "stdout", "text": "\rtiming:   9%|#  | 4/44"},
+              {"output_type": "stream", "name": "stdout", "text": "\rtiming: 100%|###| 44/44\n"},
+              {"output_type": "stream", "name": "stderr", "text": "a warning\n"},
+              {"output_type": "stream", "name": "stdout", "text": "done\n"}]
+    merged = collapse_streams(frames)
+    assert [o["text"] for o in merged] == ["timing: 100%|###| 44/44\n", "a warning\n", "done\n"]
+    assert as_a_terminal_shows("a\rb\nc\n") == "b\nc\n"

@@ -52,6 +52,27 @@ def _scrub(value: object, replacements: list[tuple[str, str]]) -> object:
     return value
 
 
+def as_a_terminal_shows(text: str) -> str:
+    """A stream's text as a terminal leaves it: each line keeps what follows its last carriage return (a tqdm bar's
+    last frame), so a stored output, and the website, show one line per bar and not every frame."""
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+
+def collapse_streams(outputs: list) -> list:
+    """Consecutive stream outputs of the same stream joined into one, as a terminal shows them."""
+    merged: list = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")):
+            merged[-1]["text"] = merged[-1]["text"] + out["text"]
+        else:
+            merged.append(out)
+    for out in merged:
+        if out.get("output_type") == "stream":
+            out["text"] = as_a_terminal_shows(out["text"])
+    return merged
+
+
 def execute(path: Path) -> dict[str, object]:
     """Run one chapter at the quick size with reference recording on; store outputs and provenance in it."""
     from utils.env import device_info  # late: the executing kernel, not this process, does the measuring
@@ -74,7 +95,8 @@ def execute(path: Path) -> dict[str, object]:
     replacements = [(str(REPO_ROOT) + "/", ""), (str(REPO_ROOT), "."), (str(Path.home()), "~")]
     for cell in nb.cells:
         if cell.cell_type == "code":
-            cell.outputs = [nbformat.from_dict(_scrub(dict(o), replacements)) for o in cell.outputs]
+            cell.outputs = collapse_streams([nbformat.from_dict(_scrub(dict(o), replacements))
+                                             for o in cell.outputs])
     info = device_info()
     import torch
 
@@ -102,6 +124,10 @@ def problems(path: Path) -> list[str]:
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     if errors:
         found.append(f"{path.name}: stored error output ({errors[0].get('ename')})")
+    if any(o.output_type == "stream" and "\r" in o.get("text", "") for c in nb.cells if c.cell_type == "code"
+           for o in c.get("outputs", [])):
+        found.append(f"{path.name}: a stream output stores progress-bar frames "
+                     f"(run `make outputs ONLY={path.name[:2]}`)")
     if path.stat().st_size > MAX_NOTEBOOK_BYTES:
         found.append(f"{path.name}: {path.stat().st_size:,} bytes, over {MAX_NOTEBOOK_BYTES:,}")
     return found
