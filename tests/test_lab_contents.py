@@ -197,3 +197,25 @@ def test_a_notebook_is_served_with_this_kernels_language_info(course: Path) -> N
     served = _run(_manager(course).get(CHAPTER))["content"]["metadata"]["language_info"]
     assert served == IPythonKernel.language_info and served["version"] != "3.0.1"
     assert "3.0.1" in (course / CHAPTER).read_text()
+
+
+def test_a_saved_copy_keeps_snapshots_where_its_widget_models_are_not_saved(course: Path) -> None:
+    """Issue 37: JupyterLab saves no widget state, so a copy reopened in a later session showed "Error displaying
+    widget: model not found". A saved copy drops each view whose model it does not save, when the output has a
+    snapshot to show instead; a view whose model is saved, and a view with nothing else to show, stay."""
+    from utils.lab_contents import WIDGET_STATE, WIDGET_VIEW
+
+    nb = _notebook("panel")
+    view = {WIDGET_VIEW: {"model_id": "gone", "version_major": 2, "version_minor": 0}}
+    nb["cells"][0]["outputs"] = [
+        {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+         "data": {**view, "text/html": "<b>snapshot</b>", "text/plain": "Panel"}},
+        {"output_type": "display_data", "metadata": {},
+         "data": {WIDGET_VIEW: {"model_id": "kept", "version_major": 2, "version_minor": 0}, "text/plain": "x"}},
+        {"output_type": "display_data", "metadata": {}, "data": {WIDGET_VIEW: {"model_id": "alone"}}}]
+    nb["metadata"]["widgets"] = {WIDGET_STATE: {"state": {"kept": {}}, "version_major": 2, "version_minor": 0}}
+    manager = _manager(course)
+    _run(manager.save({"type": "notebook", "content": nb}, CHAPTER))
+    outputs = json.loads((course / "my-work" / CHAPTER).read_text())["cells"][0]["outputs"]
+    assert WIDGET_VIEW not in outputs[0]["data"] and "".join(outputs[0]["data"]["text/html"]) == "<b>snapshot</b>"
+    assert WIDGET_VIEW in outputs[1]["data"] and WIDGET_VIEW in outputs[2]["data"]

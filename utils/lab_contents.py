@@ -124,6 +124,28 @@ class MyWork:
                 f"{moved.relative_to(self.root).as_posix()}.")
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def drop_unsaved_widget_views(notebook: dict) -> int:
+    """Remove from `notebook`'s outputs each widget view whose model the notebook does not save, where the output
+    has another form to show (the panels' labelled static snapshot, text/html); returns how many were removed.
+
+    JupyterLab saves no widget state by default, so a saved copy's views point at models of a kernel that is gone,
+    and a reopened copy showed "Error displaying widget: model not found" where the snapshot would show."""
+    saved = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {}) or {}
+    removed = 0
+    for cell in notebook.get("cells", []):
+        for out in cell.get("outputs", []) or []:
+            data = out.get("data") or {}
+            view = data.get(WIDGET_VIEW)
+            if isinstance(view, dict) and view.get("model_id") not in saved and set(data) - {WIDGET_VIEW}:
+                del data[WIDGET_VIEW]
+                removed += 1
+    return removed
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -195,6 +217,8 @@ class CourseContentsManager(AsyncLargeFileManager):
             if not os.path.exists(self._committed_os_path(path)):
                 os.makedirs(self._mine_os_path(path), exist_ok=True)
             return await super().save(model, path)
+        if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
+            drop_unsaved_widget_views(model["content"])  # the copy reopens with snapshots, not broken views
         started = self._start_copy(path)
         try:
             return await super().save(model, path)
