@@ -237,6 +237,17 @@ def test_a_learner_who_runs_and_saves_chapters_leaves_git_status_clean(learner_c
                 page.wait_for_selector(f".lm-TabBar-tab.lm-mod-current:has-text('{Path(opened).name}')",
                                        timeout=60_000)
                 wait_for_idle_kernel(base, token, page, path=opened)  # the link opened that very file
+            # a glossary link lands on its term: JupyterLab's heading ids keep the case, the explicit anchor does not
+            page.goto(f"{base}/lab/tree/{chapters[0]}?token={token}")
+            wait_for_idle_kernel(base, token, page, path=chapters[0])  # the chapter is open and laid out
+            link = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown a:visible",
+                                has_text="compute capability").first
+            link.click(timeout=60_000)
+            heading = page.locator(".jp-RenderedMarkdown h3", has_text="Compute capability").last
+            heading.wait_for(timeout=60_000)
+            page.wait_for_timeout(2000)  # the viewer scrolls once the page is laid out
+            box = heading.bounding_box()
+            assert box is not None and 0 <= box["y"] < 900, f"the glossary opened, not at the term: {box}"
             page.screenshot(path=str(ARTIFACTS / "learner_session.png"))
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "learner_session_failure.png"))
