@@ -34,4 +34,7 @@ def c26(allocated_before: int = 0, allocated_after: int = 0, reserved_before: in
               f"{reserved_before / mib:.0f} -> {reserved_after / mib:.0f} MiB")
     if allocated_after < allocated_before:
         return verdict("holds", C26_CRITERION, detail)
-    return verdict("fails", C26_CRITERION, detail + ": it released cache, not tensors")
+    if reserved_after < reserved_before:
+        return verdict("fails", C26_CRITERION, detail + ": it released cache, not tensors")
+    return verdict("fails", C26_CRITERION, detail + ": it released no tensor, and here no cache either (no cached "
+                   "segment was free of live blocks)")
