@@ -219,3 +219,21 @@ def test_a_saved_copy_keeps_snapshots_where_its_widget_models_are_not_saved(cour
     outputs = json.loads((course / "my-work" / CHAPTER).read_text())["cells"][0]["outputs"]
     assert WIDGET_VIEW not in outputs[0]["data"] and "".join(outputs[0]["data"]["text/html"]) == "<b>snapshot</b>"
     assert WIDGET_VIEW in outputs[1]["data"] and WIDGET_VIEW in outputs[2]["data"]
+
+
+def test_a_copy_the_course_has_changed_since_says_so_and_the_note_is_never_saved(course: Path) -> None:
+    """Issue 37: after a `git pull` changed a chapter, JupyterLab kept showing the learner's older saved copy with no
+    word about it. The copy is served with a note on top (how to see the new version); a save drops the note."""
+    from utils.lab_contents import OUTDATED_NOTICE_ID
+
+    manager = _manager(course)
+    _run(manager.save({"type": "notebook", "content": _notebook("my run")}, CHAPTER))
+    assert _run(manager.get(CHAPTER))["content"]["cells"][0].get("id") != OUTDATED_NOTICE_ID  # course unchanged
+    (course / CHAPTER).write_text(json.dumps(_notebook("the course's new version")))  # a git pull
+    served = _run(manager.get(CHAPTER))["content"]
+    note = served["cells"][0]
+    assert note["id"] == OUTDATED_NOTICE_ID and "make reset-chapter N=00" in "".join(note["source"])
+    assert _source({"content": {"cells": served["cells"][1:]}}) == "my run"
+    _run(manager.save({"type": "notebook", "content": served}, CHAPTER))
+    saved = json.loads((course / "my-work" / CHAPTER).read_text())
+    assert [c.get("id") for c in saved["cells"]].count(OUTDATED_NOTICE_ID) == 0

@@ -124,6 +124,21 @@ class MyWork:
                 f"{moved.relative_to(self.root).as_posix()}.")
 
 
+OUTDATED_NOTICE_ID = "course-outdated-copy"
+
+
+def outdated_notice(path: str) -> dict:
+    """The note shown at the top of a saved copy whose committed chapter has changed since (a `git pull`): served
+    with the copy, removed again by every save."""
+    number = Path(path).name[:2]
+    how = (f"run `make reset-chapter N={number}` in a terminal: your copy is kept in `my-work/.previous/`"
+           if path.startswith("notebooks/") and number.isdigit() else f"move `my-work/{path}` elsewhere")
+    text = (f"**This is your saved copy of `{path}`, and the course has changed that file since you first saved "
+            f"it** (a `git pull`). You see your copy, not the new version. To see the new version, close this tab "
+            f"and {how}. (This note is not saved.)")
+    return {"cell_type": "markdown", "id": OUTDATED_NOTICE_ID, "metadata": {"editable": False}, "source": text}
+
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
@@ -207,6 +222,10 @@ class CourseContentsManager(AsyncLargeFileManager):
             from ipykernel.ipkernel import IPythonKernel
 
             notebook["metadata"]["language_info"] = copy.deepcopy(IPythonKernel.language_info)
+        clean = path.strip("/")
+        if (notebook and self._in_committed(clean) and os.path.isfile(self._mine_os_path(clean))
+                and clean in MyWork(Path(self.root_dir), self.work_dir).changed()):
+            notebook.setdefault("cells", []).insert(0, outdated_notice(clean))
         return model
 
     async def save(self, model: dict, path: str = "") -> dict:
@@ -219,6 +238,8 @@ class CourseContentsManager(AsyncLargeFileManager):
             return await super().save(model, path)
         if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
             drop_unsaved_widget_views(model["content"])  # the copy reopens with snapshots, not broken views
+            cells = model["content"].get("cells", [])
+            cells[:] = [c for c in cells if c.get("id") != OUTDATED_NOTICE_ID]  # the notice is shown, never saved
         started = self._start_copy(path)
         try:
             return await super().save(model, path)
