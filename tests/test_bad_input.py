@@ -58,6 +58,7 @@ KINDS: dict[str, st.SearchStrategy[Any]] = {
 
 
 _NOT_A_LIST = st.one_of(st.integers(), st.text(max_size=3), st.just([1]))  # not a list (or a dict) of dicts
+_NOT_A_STR = st.one_of(st.none(), st.integers(), st.just(b"bytes"))  # where an empty str is a valid text
 
 
 @dataclass
@@ -88,6 +89,7 @@ def _entries() -> dict[str, Entry]:
         gpu_check,
         grade,
         hosted,
+        lab_contents,
         lab_server,
         labs,
         measure,
@@ -204,6 +206,18 @@ def _entries() -> dict[str, Entry]:
                                             {"number": st.one_of(st.just("6"), st.just("x6"), st.integers(),
                                                                  st.just("99"))}, run_valid=False),
         "utils.glossary.unit_problems": Entry(glossary.unit_problems, lambda: {"text": "a"}, {}),
+        "utils.glossary.with_explicit_anchors": Entry(glossary.with_explicit_anchors, lambda: {"text": "### A\n"},
+                                                      {"text": _NOT_A_STR}),
+        "utils.outputs.as_a_terminal_shows": Entry(outputs.as_a_terminal_shows, lambda: {"text": "a\rb"},
+                                                   {"text": _NOT_A_STR}),
+        "utils.outputs.collapse_streams": Entry(outputs.collapse_streams, lambda: {"outputs": []},
+                                                {"outputs": st.one_of(_NOT_A_LIST, st.just([1]))}),
+        "utils.lab_contents.drop_unsaved_widget_views": Entry(lab_contents.drop_unsaved_widget_views,
+                                                              lambda: {"notebook": {"cells": []}},
+                                                              {"notebook": st.one_of(st.none(), st.just([]))}),
+        "utils.lab_contents.outdated_notice": Entry(lab_contents.outdated_notice,
+                                                    lambda: {"path": "notebooks/00_x.ipynb"}, {"path": "text"}),
+        "utils.workshop.gpu_runs": Entry(workshop.gpu_runs, lambda: {}, {"results": "path"}),
         "utils.outputs.chapters": Entry(outputs.chapters, lambda: {"only": "00"},
                                         {"only": st.text(max_size=3).filter(lambda s: not s.isdigit() or
                                                                              len(s) != 2 or s > "10")}),

@@ -163,6 +163,8 @@ def with_explicit_anchors(text: str) -> str:
     """The glossary's text with an explicit `<a id="anchor"></a>` line before each entry's heading. JupyterLab keeps
     a heading's case in its id (`#Compute-capability`) where GitHub and Sphinx lower it, so the chapters' lowercase
     links land on the term in JupyterLab only through such an anchor; it works on GitHub and the site too."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     lines = text.splitlines()
     out: list[str] = []
     for line in lines:

@@ -130,6 +130,7 @@ OUTDATED_NOTICE_ID = "course-outdated-copy"
 def outdated_notice(path: str) -> dict:
     """The note shown at the top of a saved copy whose committed chapter has changed since (a `git pull`): served
     with the copy, removed again by every save."""
+    check_str("path", path)
     number = Path(path).name[:2]
     how = (f"run `make reset-chapter N={number}` in a terminal: your copy is kept in `my-work/.previous/`"
            if path.startswith("notebooks/") and number.isdigit() else f"move `my-work/{path}` elsewhere")
@@ -149,6 +150,8 @@ def drop_unsaved_widget_views(notebook: dict) -> int:
 
     JupyterLab saves no widget state by default, so a saved copy's views point at models of a kernel that is gone,
     and a reopened copy showed "Error displaying widget: model not found" where the snapshot would show."""
+    if not isinstance(notebook, dict):
+        raise TypeError(f"notebook must be a notebook's JSON dict, got {type(notebook).__name__}")
     saved = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {}) or {}
     removed = 0
     for cell in notebook.get("cells", []):

@@ -55,11 +55,15 @@ def _scrub(value: object, replacements: list[tuple[str, str]]) -> object:
 def as_a_terminal_shows(text: str) -> str:
     """A stream's text as a terminal leaves it: each line keeps what follows its last carriage return (a tqdm bar's
     last frame), so a stored output, and the website, show one line per bar and not every frame."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
 
 
 def collapse_streams(outputs: list) -> list:
     """Consecutive stream outputs of the same stream joined into one, as a terminal shows them."""
+    if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+        raise TypeError("outputs must be a list of output dicts (a code cell's outputs)")
     merged: list = []
     for out in outputs:
         if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"

@@ -33,6 +33,7 @@ def _minutes(seconds: float | None) -> str:
 
 def gpu_runs(results: Path = REPO_ROOT / "results") -> list[tuple[str, dict[str, float]]]:
     """(column header, {chapter number: wall seconds}) of each committed `make gpu-check` run at full size."""
+    results = Path(check_instance("results", results, (str, Path)))
     runs = []
     for path in sorted(Path(results).glob("*/gpu_check.json")):
         try:
