@@ -281,6 +281,14 @@ def reference_summary(root: Path | None = None) -> list[list[str]]:
     return rows
 
 
+def run_label(run: dict[str, Any]) -> str:
+    """A saved run's device as the ledger names it, with what kind of run it is: a GPU's `make gpu-check` at full
+    size, or one of the course's CPU reference runs (the runs whose outputs the chapters store), at its size."""
+    name = run["device"]["name"].split("(")[0].strip()
+    kind = "GPU run" if run["device"].get("type") == "cuda" else "the course's CPU reference run"
+    return f"{name} ({kind}, {run.get('size', '?')} size)"
+
+
 def claims_ledger(root: Path | None = None) -> str:
     """A Markdown table of every claim: what each saved run measured, where, and the verdict, then one line naming
     the saved runs read (device and chapters); damaged files are skipped, each with one printed line."""
@@ -290,7 +298,7 @@ def claims_ledger(root: Path | None = None) -> str:
     runs = _saved_runs(root)
     for run in runs:
         for rec in run.get("claims", []):
-            records.setdefault(rec["id"], []).append((run["device"]["name"], rec | {"chapter": run["chapter"][:2]}))
+            records.setdefault(rec["id"], []).append((run_label(run), rec | {"chapter": run["chapter"][:2]}))
     rows = []
     for cid, (text, chapters) in claims.items():  # the claim in full: the ledger is read, not scanned
         if not records[cid]:
@@ -300,7 +308,7 @@ def claims_ledger(root: Path | None = None) -> str:
     table = format_table(rows, ["id", "claim", "chapter", "measured", "device", "verdict"])
     by_device: dict[str, list[str]] = {}
     for run in runs:
-        by_device.setdefault(run["device"]["name"], []).append(run["chapter"][:2])
+        by_device.setdefault(run_label(run), []).append(run["chapter"][:2])
     read = "; ".join(f"{name} ({', '.join(chs)})" for name, chs in sorted(by_device.items())) or "none"
     return f"{table}\n\nSaved runs read: {read}."
 
@@ -326,8 +334,8 @@ def claims_summary(root: Path | None = None, width: int = 100) -> str:
     verdicts: dict[str, list[str]] = {cid: [] for cid in claims}
     for run in _saved_runs(root):
         for rec in run.get("claims", []):
-            device = run["device"]["name"].split("(")[0].strip()
-            verdicts.setdefault(rec["id"], []).append(f"{rec['verdict']} ({device}, ch{run['chapter'][:2]})")
+            where = run_label(run)[:-1]  # "name (kind, size" and the chapter inside the same parentheses
+            verdicts.setdefault(rec["id"], []).append(f"{rec['verdict']} ({where}, ch{run['chapter'][:2]})")
     legend = ["Verdicts: " + "; ".join(f"{k} = {v}" for k, v in VERDICT_LEGEND.items())]
     lines = [textwrap.fill(legend[0], width=width), ""]
     for cid, (text, _) in claims.items():  # the claim in full, wrapped under its verdicts (never cut)
