@@ -2,6 +2,7 @@
 10's: tests/test_ch10_exercises.py)."""
 import ast
 import json
+import re
 import warnings
 from pathlib import Path
 from unittest import mock
@@ -92,5 +93,8 @@ def test_exercise_three_at_40_percent_the_run_the_answer_states():
     assert f"({chosen.history[-2][1]:,} B against a {budget:,} B budget)" in answer
     assert f"a ledger of {chosen.total:,} B, {margin:.1f}% under the budget" in answer
     assert status == "ran" and peak <= budget and losses[-1] < losses[0]
-    assert f"the run measures {peak:,} B, inside the budget, and learns (loss {losses[0]:.3f} -> {losses[-1]:.3f})" \
-        in answer
+    stated = re.search(r"the run measures ([\d,]+) B, inside the budget, and learns \(loss ([\d.]+) -> ([\d.]+)\)",
+                       answer)
+    assert stated, answer  # the figures of the run on the machine that wrote the answer; another CPU's BF16 kernels
+    assert abs(int(stated.group(1).replace(",", "")) / peak - 1) < 0.02  # may round a little differently
+    assert abs(float(stated.group(2)) - losses[0]) < 0.02 and abs(float(stated.group(3)) - losses[-1]) < 0.02
