@@ -26,6 +26,14 @@ def test_every_full_size_experiment_fits_the_tier(tier):
         footprints(0)
 
 
+def test_mem_shape_rebuilds_a_saved_runs_model():
+    from utils.experiment_sizes.ch06 import MEM_SHAPE, mem_shape
+
+    assert mem_shape() == MEM_SHAPE and mem_shape("full") == (4, 512, 512, 256)
+    with pytest.raises(ValueError, match="size"):
+        mem_shape("huge")
+
+
 def mean_per_micro(model, micro_batches):
     """The teammate's loop with only the clearing fixed: each micro-batch's mean loss / k."""
     for batch in micro_batches:

@@ -4,11 +4,14 @@ the widget offers only divisors of the batch."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.test_distributed import notebook_worker
 from utils.distributed import launch_script
@@ -67,8 +70,9 @@ def test_committed_outputs_agree_with_the_prose():
     assert m and float(m.group(2)) > 100 * float(m.group(1)), "the reading: a BF16 buffer is orders of magnitude worse"
     assert "(b) the whole experiment in BF16 (its forward rounds too)" in out  # the two sources, apart (issue 36)
     assert "would show about 1e-3" not in markdown()  # the typed figure is gone; the prediction prompt stays
-    times = {int(k): float(ms) for k, ms in re.findall(r"^\| (\d+) +\| \d+ +\| [\d.]+ +\| [^|]+\| ([\d.]+) +\|", out,
-                                                       flags=re.M)}
+    this_run = out.split("Saved run on")[0]  # this run's table, not a saved GPU run's
+    times = {int(k): float(ms) for k, ms in re.findall(r"^\| (\d+) +\| \d+ +\| [\d.]+ +\| [^|]+\| ([\d.]+) +\|",
+                                                       this_run, flags=re.M)}
     assert len(times) >= 2
     reading = re.search(r"^step time: (.*)$", out, flags=re.M)
     assert reading, "the step-time reading is printed, not typed"
@@ -100,3 +104,71 @@ def test_review_readings_follow_the_printed_figures():
     assert "scales 1e-8 and below" not in text
     assert "synchronised statistics" not in text and "holds exactly" not in text
     assert "traced estimate of the whole step" not in out
+
+
+def _fit(ks: list[int], peaks: list[float]) -> tuple[float, float]:
+    basis = torch.tensor([[1.0, 1.0 / k] for k in ks], dtype=torch.float64)
+    sol = torch.linalg.lstsq(basis, torch.tensor(peaks, dtype=torch.float64).unsqueeze(1)).solution.flatten()
+    return sol[0].item(), sol[1].item()
+
+
+def _lesson_functions() -> types.SimpleNamespace:
+    wanted = ("fp32_gradient_mib", "memory_reading", "saved_time_reading")
+    sources = ["".join(c["source"]) for c in cells() if c["cell_type"] == "code"]
+    nodes = [n for src in sources if not src.startswith("%") for n in ast.parse(src).body  # %%writefile: a file
+             if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    from utils.models import GPT, GPTConfig
+
+    ns = {"torch": torch, "GPT": GPT, "GPTConfig": GPTConfig, "MiB": 2**20}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), str(NB), "exec"), ns)  # noqa: S102
+    assert all(w in ns for w in wanted), "the notebook no longer defines the section-8 readings"
+    return types.SimpleNamespace(**ns)
+
+
+def test_memory_reading_is_computed_and_the_saved_gpu_run_is_read():
+    """Review s2, chapter 06 items 1-3: the memory reading is a fit of the printed peaks (the CPU run falls almost in
+    proportion), the committed H100 rows are shown and read by the same code, "tie" not "win", no "run the cell
+    there" while a GPU run is committed."""
+    out, text = outputs_text(), markdown()
+    this_run, _, saved = out.partition("Saved run on")
+    peaks = {int(k): float(p) for k, p in re.findall(r"^\| (\d+) +\| \d+ +\| ([\d.]+) +\| [^|]+\|", this_run,
+                                                   flags=re.M)}
+    m = re.search(r"^memory: peak = ([\d.-]+) \+ ([\d.-]+) / k MiB .*divided the peak by ([\d., ]+) \(2 would",
+                  this_run, flags=re.M)
+    assert m and len(peaks) >= 2, "this run's memory reading is printed under its table"
+    ks = sorted(peaks)
+    fixed, shrinking = _fit(ks, [peaks[k] for k in ks])
+    assert abs(float(m.group(1)) - fixed) < 0.02 and abs(float(m.group(2)) - shrinking) < 0.02, (m.groups(), fixed)
+    printed = [float(r) for r in m.group(3).split(", ")]
+    assert printed == pytest.approx([peaks[a] / peaks[b] for a, b in zip(ks, ks[1:], strict=False)], abs=0.01)
+    gpu = ROOT / "results" / "nvidia-h100-80gb-hbm3" / "06_gradient_accumulation.json"
+    if gpu.exists():
+        rows = json.loads(gpu.read_text())["figures"]["memory_time_vs_micro_batch"]["value"]
+        assert saved.startswith(" NVIDIA H100 80GB HBM3"), "the committed H100 run is shown beside this one"
+        g = re.search(r"NVIDIA H100 80GB HBM3, memory: peak = ([\d.-]+) \+", saved)
+        assert g and abs(float(g.group(1)) - _fit([r[0] for r in rows], [float(r[2]) for r in rows])[0]) < 0.02
+        last = rows[-1]
+        change = float(last[4]) / float(rows[0][4]) - 1
+        assert f"k = {last[0]} {change:+.0%}" in saved
+    assert "run the cell there" not in text and "or even win" not in text and "can tie with k = 1" in text
+    assert "about 13 GiB with BF16 ones" in text  # the bucket copy follows the gradients' dtype
+
+
+def test_saved_time_reading_judges_by_the_saved_spread():
+    nb = _lesson_functions()
+    rows = [[1, 64, "100", "", "10.0", "1.0"], [2, 32, "50", "", "10.5", "1.0"], [4, 16, "25", "", "20.0", "1.0"]]
+    text = nb.saved_time_reading(rows)
+    assert text == "step time against k = 1: k = 2 +5% (within the spread); k = 4 +100% (beyond the spread)"
+    reading = nb.memory_reading([1, 2, 4], [100.0, 50.0, 25.0], (1, 16, 8, 32))
+    assert reading.startswith("peak = 0.00 + 100.00 / k MiB") and "divided the peak by 2.00, 2.00" in reading
+
+
+def test_adam_columns_gap_is_printed():
+    """Learner note on cell 18: the one-step and many-step columns are compared by a printed line."""
+    out = outputs_text()
+    m = re.search(r"Adam's two columns differ by at most ([\d.]+)% at any scale on this run", out)
+    assert m
+    rows = re.findall(r"^\| Adam, eps = 1e-8, loss x [^|]+\| ([\d.]+) +\| ([\d.]+) +\|", out, flags=re.M)
+    gap = max(abs(float(b) / float(a) - 1) for a, b in rows)
+    assert abs(gap * 100 - float(m.group(1))) < 0.2
+    assert "which the one-step column alone could not show" not in markdown()

@@ -9,7 +9,7 @@ CPU (gloo) at every size.
 from __future__ import annotations
 
 from utils.models import GPTConfig
-from utils.sizes import TIERS, pick
+from utils.sizes import SIZES, TIERS, pick
 from utils.time_model import Work, gpt_step_flops, gpt_step_ops
 
 FP32 = 4
@@ -20,7 +20,15 @@ NORM_BATCH: int = pick(16, 64, tiny=8)
 TRAIN_STEPS: int = pick(15, 200, tiny=3)  # optimizer steps of the drift experiment
 ADAM_STEPS: int = pick(30, 200, tiny=3)  # steps of the Adam-without-/k experiment (a small MLP)
 # the memory-vs-micro-batch experiment: (n_layer, d_model, seq_len, vocab) and the effective batch (sequences)
-MEM_SHAPE: tuple[int, int, int, int] = pick((2, 64, 64, 256), (4, 512, 512, 256), tiny=(1, 16, 8, 32))
+def mem_shape(size: str | None = None) -> tuple[int, int, int, int]:
+    """(n_layer, d_model, seq_len, vocab) of the memory-vs-micro-batch GPT at `size` (default: the current size),
+    so a notebook can rebuild the model of a saved run of another size."""
+    if size is not None and size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)} or None, got {size!r}")
+    return pick((2, 64, 64, 256), (4, 512, 512, 256), tiny=(1, 16, 8, 32), size=size)
+
+
+MEM_SHAPE: tuple[int, int, int, int] = mem_shape()
 EFFECTIVE: int = pick(32, 64, tiny=8)
 MICRO_COUNTS: tuple[int, ...] = pick((1, 2, 4, 8), (1, 2, 4, 8, 16), tiny=(1, 2))
 
@@ -38,7 +46,7 @@ def footprints(tier: int) -> dict[str, int]:
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
     n_layer, d, seq, vocab = (2, 256, 256, 64)
-    ml, md, ms, mv = (4, 512, 512, 256)
+    ml, md, ms, mv = mem_shape("full")
     return {
         "token-count pitfall (big batch)": _gpt_step_bytes(n_layer, d, seq, vocab, 64),
         "memory vs micro-batch size (k = 1, the whole effective batch)": _gpt_step_bytes(ml, md, ms, mv, 64),
@@ -54,7 +62,7 @@ def work(tier: int) -> list[Work]:
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
     n_layer, d, seq, vocab = (2, 256, 256, 64)
-    ml, md, ms, mv = (4, 512, 512, 256)
+    ml, md, ms, mv = mem_shape("full")
     norm_cfg = GPTConfig(n_layer=n_layer, d_model=d, n_head=4, seq_len=seq, vocab_size=vocab)
     mem_cfg = GPTConfig(n_layer=ml, d_model=md, n_head=4, seq_len=ms, vocab_size=mv)
     norm, mem = gpt_step_flops(norm_cfg, 64), gpt_step_flops(mem_cfg, 64)
