@@ -104,9 +104,9 @@ def test_chapter_09s_h100_combination_table_is_shown_and_read_from_its_numbers(c
         assert [saved[k] for k in ranked] == sorted(saved[k] for k in ranked)
         assert max(saved, key=saved.get) == "LoRA r=4 on the attention, BF16 base"
     assert "ranks the memory savings the same way, LoRA first" in prose
-    probe = re.search(r"a torchao 8-bit state's reports ([\d.]+) B/param where its tensors hold ([\d.]+) \(probed "
-                      r"here\): that row counts the states at FP32 size, so its memory saved is not a measurement", out)
-    assert probe and float(probe.group(1)) > 3 * float(probe.group(2))
+    # the H100 row equals the FP32 baseline's peak to the byte (its step_peak counted torchao's 8-bit states at FP32
+    # size, fixed since in utils/measure.py): the chapter says so rather than reading 0% saved
+    assert "8-bit AdamW's row there has FP32 AdamW's peak to the byte" in out and "not a measurement" in out
     assert "its 8-bit AdamW row is not a measurement" in prose
 
 

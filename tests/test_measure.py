@@ -269,3 +269,20 @@ def test_cuda_helpers_reject_bad_input():
                 pass
         with pytest.raises(TypeError, match="step must be callable"):
             step_peak(None, nn.Linear(2, 2))
+
+
+def test_an_8bit_optimizer_state_is_counted_by_what_it_holds() -> None:
+    """The H100 run of chapter 09 measured 8-bit AdamW's step at the FP32 baseline's peak to the byte: a torchao
+    state is a wrapper tensor whose own storage reports 4 bytes per element. The allocator bytes of the state a step
+    owns count the tensors inside it: about 1 byte per element plus its block scales."""
+    torchao_optim = pytest.importorskip("torchao.optim")
+    from utils.measure import owned_state_bytes
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(512, 512, bias=False)
+    opt = torchao_optim.AdamW8bit(layer.parameters())
+    layer(torch.randn(4, 512)).sum().backward()
+    opt.step()
+    weights_and_grads = 2 * 4 * 512 * 512
+    states = owned_state_bytes(layer, opt) - weights_and_grads
+    assert 2 * 512 * 512 <= states <= 2 * 1.05 * 512 * 512, states  # two moments, 1 B/element plus scales

@@ -304,11 +304,25 @@ def step_peak_by_category(
 ALLOCATOR_ROUNDING = 512  # the CUDA caching allocator hands out multiples of 512 bytes
 
 
+def _storage_tensors(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The tensors that hold `t`'s memory: `t` itself, or for a wrapper subclass (torchao's 8-bit optimizer states,
+    its FP8 tensors) the plain tensors inside it. A wrapper's own storage reports its logical size (4 bytes per
+    element for an 8-bit Adam state), not what is allocated."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        for name in names:
+            yield from _storage_tensors(getattr(t, name))
+    else:
+        yield t
+
+
 def _allocator_bytes(tensors: Iterable[torch.Tensor], device: torch.device) -> int:
     """Bytes the caching allocator holds for the distinct storages among `tensors` that live on `device`."""
     seen: set[int] = set()
     total = 0
-    for t in tensors:
+    for t in (inner for outer in tensors for inner in _storage_tensors(outer)):
         if t.device != device:
             continue  # e.g. Adam's step counters, kept on the CPU
         storage = t.untyped_storage()
