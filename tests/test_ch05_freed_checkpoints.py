@@ -88,9 +88,9 @@ def test_lab_5_3_fewest_recomputed_blocks_is_exact():
             assert ch05.best_recompute(depth, block, inp, budget) == (min(fits) if fits else None)
 
 
-def test_lab_5_3_the_equal_segments_planner_fails():
+def test_lab_5_3_the_equal_segments_planner_fails(monkeypatch):
     """The old solution's search (equal segments of at most the longest length, then the last), even with the freed
-    peak, recomputes 8 of 10 blocks where front-loaded segments [4, 3, 3] recompute 7 within the same budget."""
+    peak, finds no schedule of 10 blocks within 3,400 B where front-loaded segments [3, 2, 2, 1, 1, 1] fit."""
     def equal_segments(depth, block, inp, budget):
         best = None
         for longest in range(1, depth + 1):
@@ -99,10 +99,12 @@ def test_lab_5_3_the_equal_segments_planner_fails():
                 n_rest = -(-rest // longest)
                 schedule = [rest // n_rest + (1 if i < rest % n_rest else 0) for i in range(n_rest)] if rest else []
                 schedule.append(last)
-                if ch05.schedule_peak(schedule, block, inp) <= budget and (best is None or last > best[-1]):
+                peak = max(j * inp + n * block for j, n in enumerate(schedule, 1))  # the freed peak, written out
+            if peak <= budget and (best is None or last > best[-1]):
                     best = schedule
         return best
 
-    assert ch05.best_recompute(10, 1000, 400, 4400) == 7 and ch05.schedule_peak([4, 3, 3], 1000, 400) <= 4400
-    assert 10 - equal_segments(10, 1000, 400, 4400)[-1] == 8
+    assert ch05.best_recompute(10, 1000, 400, 3400) == 9 and ch05.schedule_peak([3, 2, 2, 1, 1, 1], 1000, 400) <= 3400
+    assert equal_segments(10, 1000, 400, 3400) is None
+    monkeypatch.setenv("COURSE_CHECKS_STRICT", "0")
     assert ch05.check_schedule(equal_segments).status == "failed"
