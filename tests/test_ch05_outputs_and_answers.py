@@ -150,11 +150,13 @@ def test_readings_quote_the_measured_figures():
     assert f"would add +{over['predicted']:.0%}" in timing and abs(over["no_early_stop"] - over["predicted"]) < 0.02
     g = h100["recompute_overhead"]["value"]
     assert f"cost +{g['measured_per_block']:.0%} of step time with a spread of {g['spread']:.1%}" in timing
+    assert f"close to the +{over['counted']:.0%} of FLOPs that early" in timing
     assert "cannot judge recomputation's time on a GPU" in out and "cannot judge the trade-off on a GPU" in out
     trade = h100["batch_vs_recompute"]["value"]
     reading = text[text.index("**Reading the table.** Both configurations"):text.index("## 4. Strategies")]
     assert f"trained {trade['512']['ratio']:.2f} times the tokens per second" in reading
     assert f"at B0 = 8,192 tokens {trade['8192']['ratio']:.2f} times" in reading
+    assert f"costs {1 - trade['8192']['ratio']:.0%} of it once the batch fills" in reading
     assert trade["512"]["ratio"] - 1 > trade["512"]["spread"] and 1 - trade["8192"]["ratio"] > trade["8192"]["spread"]
     assert "1.76x" not in text and "recomputation wins" not in reading
     summary = text[text.index("## Summary"):text.index("## Exercises")]
