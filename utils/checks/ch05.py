@@ -126,14 +126,29 @@ def check_checkpoint_decoder(checkpoint_decoder: Callable) -> Verdict:
 PREDICT_CASE = (64, 8, 16, 8)  # depth, hidden multiplier, tokens, width
 
 
+def segment_lengths(depth: int, k: int) -> list[int]:
+    """The chapter's split (run_segments): k segments, the first depth mod k of them one block longer."""
+    size, extra = divmod(depth, k)
+    return [size + (1 if i < extra else 0) for i in range(k)]
+
+
+def freed_peak(lengths: Sequence[int], segment_bytes: Callable[[int], int], input_bytes: int) -> int:
+    """A step's activation peak when backward frees each checkpoint once its segment is done: while segment j
+    (1-based from the input) is recomputed, j checkpoints are alive plus that segment's saved bytes."""
+    return max(j * input_bytes + segment_bytes(n) for j, n in enumerate(lengths, 1))
+
+
 def peak_bytes(depth: int, mult: int, tokens: int, d: int, k: int, _segments: dict | None = None) -> int:
-    """The chapter's CPU measure of a k-segment step's activation peak: k checkpoints + the longest segment."""
-    longest = -(-depth // k)
+    """The chapter's count of a k-segment step's activation peak, each segment's saved bytes measured on a CPU."""
     x = torch.randn(tokens, d)
     cache = {} if _segments is None else _segments
-    if longest not in cache:
-        cache[longest] = saved_activation_bytes(make_stack(longest, d, mult), x)
-    return k * x.nbytes + cache[longest]
+
+    def segment_bytes(n: int) -> int:
+        if n not in cache:
+            cache[n] = saved_activation_bytes(make_stack(n, d, mult), x)
+        return cache[n]
+
+    return freed_peak(segment_lengths(depth, k), segment_bytes, x.nbytes)
 
 
 def best_segments(depth: int, mult: int, tokens: int, d: int) -> tuple[int, list[int]]:
@@ -144,7 +159,8 @@ def best_segments(depth: int, mult: int, tokens: int, d: int) -> tuple[int, list
 
 def expect_optimal_segments(optimal_segments: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
     """cases: (depth, mult, tokens, width): the learner's measured optimum must be within 2% of the true minimum."""
-    optimal_segments = guarded(optimal_segments, best_segments, peak_bytes, segment_peaks, block_saved_bytes_meta)
+    optimal_segments = guarded(optimal_segments, best_segments, peak_bytes, segment_peaks, block_saved_bytes_meta,
+                               freed_peak)
     for depth, mult, tokens, d in cases:
         got = optimal_segments(depth, mult, tokens, d)
         if isinstance(got, bool) or not isinstance(got, int) or not 1 <= got <= depth:
@@ -153,8 +169,10 @@ def expect_optimal_segments(optimal_segments: Callable, cases: Sequence[tuple[in
         if peaks[got - 1] > 1.02 * peaks[best - 1]:
             raise CheckFailed(f"k near {best} for depth {depth}, hidden multiplier {mult} (peak within 2% of the "
                               f"minimum, {peaks[best - 1]:,} B)", f"k = {got} (peak {peaks[got - 1]:,} B)",
-                              "measure, for each k, the k checkpoints (k x the input's bytes) plus the saved bytes of "
-                              "the longest segment (ceil(depth / k) blocks) run without checkpointing; take the min.")
+                              "split as the chapter's run_segments does (the first depth mod k segments one block "
+                              "longer); backward frees each checkpoint once its segment is done, so while segment j "
+                              "is recomputed only j checkpoints are alive: the peak is the largest of j x the "
+                              "input's bytes + segment j's saved bytes; take the k with the smallest peak.")
 
 
 # 5.2's prediction: a 32-block stack of the chapter's block with an 8x hidden layer at width 4,096 (2 x 8 x 4096^2
@@ -171,9 +189,9 @@ def block_saved_bytes_meta(mult: int, tokens: int, d: int) -> int:
 
 
 def segment_peaks(depth: int, mult: int, tokens: int, d: int) -> list[int]:
-    """Peak bytes for k = 1..depth segments: k checkpoints + the longest segment (ceil(depth / k) blocks)."""
+    """Peak bytes for k = 1..depth segments, checkpoints freed in backward (`freed_peak`), blocks measured on meta."""
     per_block, x_bytes = block_saved_bytes_meta(mult, tokens, d), tokens * d * 4
-    return [k * x_bytes + -(-depth // k) * per_block for k in range(1, depth + 1)]
+    return [freed_peak(segment_lengths(depth, k), lambda n: n * per_block, x_bytes) for k in range(1, depth + 1)]
 
 
 def predicted_segments_truth() -> dict[str, float]:
@@ -199,13 +217,13 @@ def check_optimal_segments(prediction: dict, reasoning: str, optimal_segments: C
         if not 1 <= k <= depth or peaks[k - 1] > 1.05 * min(peaks):
             raise CheckFailed(f"a segment count whose peak is within 5% of the smallest ({min(peaks) / 2**30:.2f} GiB)",
                               f"k = {k}" + (f" (peak {peaks[k - 1] / 2**30:.2f} GiB)" if 1 <= k <= depth else ""),
-                              "count what one block saves in units of its input (c), write the peak as k inputs + "
-                              "ceil(N/k) * c inputs, and remember segments hold whole blocks: sqrt(c*N) is where "
-                              "the smooth curve bottoms out, not always the best integer split.")
+                              "count what one block saves in units of its input (c); with the chapter's split, "
+                              "the peak is the worst segment j: j checkpoints (the later ones are freed by then) + "
+                              "c x its length. A count that keeps all k checkpoints alive puts the optimum too far.")
         if abs(guess["peak_gib"] - truth["peak_gib"]) > 0.05 * truth["peak_gib"]:
             raise CheckFailed(f"the best peak within 5% of {truth['peak_gib']:.2f} GiB", repr(guess["peak_gib"]),
-                              "one input is 8,192 x 4,096 FP32 values; peak = k inputs + the longest segment's "
-                              "saved bytes, at the best k.")
+                              "one input is 8,192 x 4,096 FP32 values; at the best k the peak is the worst "
+                              "segment's: j checkpoints + that segment's saved bytes.")
         expect_optimal_segments(optimal_segments, [PREDICT_CASE, (16, 4, 8, 8)])
 
     return run_check("5.2", body, points=2)
@@ -213,20 +231,22 @@ def check_optimal_segments(prediction: dict, reasoning: str, optimal_segments: C
 
 # 5.3 -------------------------------------------------------------------------------------------------------------
 def schedule_peak(schedule: Sequence[int], block_bytes: int, input_bytes: int) -> int:
-    """Peak of a schedule (segment lengths; all but the last checkpointed): the checkpoints + the largest segment."""
-    return (len(schedule) - 1) * input_bytes + max(schedule) * block_bytes
+    """Peak of a schedule (segment lengths in order; all but the last checkpointed), checkpoints freed in backward:
+    the largest, over the segments j = 1, 2, ..., of j checkpoints + segment j's blocks."""
+    return freed_peak(schedule, lambda n: n * block_bytes, input_bytes)
 
 
 def best_recompute(depth: int, block_bytes: int, input_bytes: int, budget: int) -> int | None:
-    """The fewest recomputed blocks of any schedule within the budget (None if none fits)."""
+    """The fewest recomputed blocks of any schedule within the budget (None if none fits). With k segments, segment j
+    may hold at most cap(j) = (budget - j x input_bytes) // block_bytes blocks; the last takes as many as it may."""
     best = None
-    for longest in range(1, depth + 1):
-        for last in range(1, longest + 1):
-            rest = depth - last
-            segments = 1 + -(-rest // longest)
-            if schedule_peak([longest] * (segments - 1) + [last] if rest else [last], block_bytes, input_bytes) \
-                    <= budget and (best is None or rest < best):
-                best = rest
+    for k in range(1, depth + 1):
+        caps = [(budget - j * input_bytes) // block_bytes for j in range(1, k + 1)]
+        if caps[-1] < 1:
+            break  # caps fall with j: more segments only lower them
+        last = min(caps[-1], depth - (k - 1))
+        if sum(caps[:-1]) >= depth - last and (best is None or depth - last < best):
+            best = depth - last
     return best
 
 
@@ -241,7 +261,7 @@ def expect_schedule(plan_schedule: Callable, cases: Sequence[tuple[int, int, int
         if best is None:
             if got is not None:
                 raise CheckFailed(f"{what} = None (no schedule fits)", repr(got),
-                                  "even one block per segment needs (depth - 1) inputs + one block.")
+                                  "one block per segment needs depth inputs + one block at the last segment.")
             continue
         if not isinstance(got, list | tuple) or not got or not all(isinstance(s, int) and s >= 1 for s in got) \
                 or sum(got) != depth:
@@ -249,26 +269,28 @@ def expect_schedule(plan_schedule: Callable, cases: Sequence[tuple[int, int, int
         peak = schedule_peak(got, block_bytes, input_bytes)
         if peak > budget:
             raise CheckFailed(f"{what}: a peak within the budget", f"a peak of {peak:,} B",
-                              "peak = (segments - 1) x input_bytes + longest segment x block_bytes.")
+                              "peak = the largest, over segments j = 1, 2, ..., of j x input_bytes + its length x "
+                              "block_bytes (the later checkpoints are freed by the time segment j is recomputed).")
         recompute = depth - got[-1]
         if recompute > best:
             raise CheckFailed(f"{what}: {best} recomputed blocks or fewer", f"{recompute} recomputed",
-                              "the last segment is never recomputed: make it as long as the budget allows, and "
-                              "cover the rest with as few segments of at most that length as possible.")
+                              "the last segment is never recomputed: make it as long as the budget allows at its "
+                              "position, and cover the rest with earlier segments, which may be longer (fewer "
+                              "checkpoints are alive when they are recomputed).")
 
 
 def check_schedule(plan_schedule: Callable) -> Verdict:
     """Exercise 5.3: the schedule that fits a budget with the least recomputation, proven on a real stack."""
 
     def body() -> None:
-        expect_schedule(plan_schedule, [(12, 1000, 100, 3000), (12, 1000, 100, 1500), (8, 500, 50, 4000),
-                                        (10, 1000, 100, 500)])
+        expect_schedule(plan_schedule, [(12, 1000, 100, 3000), (10, 1000, 400, 4400), (10, 1000, 400, 3400),
+                                        (8, 500, 50, 4000), (10, 1000, 100, 500)])
         depth, tokens, d = 10, 8, 8  # a real run: the schedule's measured peak fits its budget
         x = torch.randn(tokens, d)
         block_bytes = saved_activation_bytes(make_stack(1, d), x)
         budget = 3 * block_bytes + 4 * x.nbytes
         schedule = guarded(plan_schedule, best_recompute, schedule_peak)(depth, block_bytes, x.nbytes, budget)
-        measured = (len(schedule) - 1) * x.nbytes + saved_activation_bytes(make_stack(max(schedule), d), x)
+        measured = freed_peak(schedule, lambda n: saved_activation_bytes(make_stack(n, d), x), x.nbytes)
         if measured > budget:
             raise CheckFailed(f"a measured peak within {budget:,} B", f"{measured:,} B")
 
