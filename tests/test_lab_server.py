@@ -164,3 +164,16 @@ def test_a_check_run_before_the_import_cell_says_which_cell_to_run(tmp_path: Pat
         km.shutdown_kernel(now=True)
     assert "NameError" not in "".join(out), out
     assert "run the lab's first code cell" in "".join(out), out
+
+
+def test_reset_lab_says_whether_there_was_an_old_copy(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Issue 34 (M5): `make reset-lab` said "your old one is in my-labs/.previous/" when there was no old copy."""
+    fresh = lab_server.REPO_ROOT / "my-labs" / "lab06_x.ipynb"
+    monkeypatch.setattr(lab_server, "reset_lab", lambda number: fresh)
+    monkeypatch.setattr(lab_server, "MY_LABS_DIR", tmp_path / "my-labs")
+    lab_server.main(["--reset-lab", "06"])
+    assert "there was no copy before" in capsys.readouterr().out
+    (tmp_path / "my-labs").mkdir()
+    (tmp_path / "my-labs" / "lab06_x.ipynb").write_text("{}")
+    lab_server.main(["--reset-lab", "06"])
+    assert "your old one is in my-labs/.previous/" in capsys.readouterr().out

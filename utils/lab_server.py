@@ -215,11 +215,13 @@ def main(argv: list[str] | None = None) -> None:
         print(message)
         return
     if args.reset_lab is not None:
+        had_copy = any(MY_LABS_DIR.glob(f"lab{args.reset_lab}_*.ipynb"))
         try:
             fresh = reset_lab(args.reset_lab)
         except refusals as exc:
             parser.exit(2, f"utils.lab_server: {exc}\n")
-        print(f"{fresh.relative_to(REPO_ROOT)} is a fresh copy of the lab (your old one is in my-labs/.previous/).")
+        print(f"{fresh.relative_to(REPO_ROOT)} is a fresh copy of the lab ("
+              + ("your old one is in my-labs/.previous/" if had_copy else "there was no copy before") + ").")
         return
     token = args.token or secrets.token_hex(24)
     try:
