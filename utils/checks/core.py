@@ -144,10 +144,14 @@ def _codes(target: Any) -> set[Any]:
     return found
 
 
+def _top_code(code: Any) -> bool:
+    """Whether a code object is a named function or method's own (not a lambda, comprehension or inner function)."""
+    return not code.co_name.startswith("<") and "<locals>" not in getattr(code, "co_qualname", "")
+
+
 def _top_codes(targets: tuple) -> set[Any]:
     """The code objects of the targets' own named functions and methods (not what is nested in them)."""
-    return {c for t in targets if not inspect.isbuiltin(t) for c in _codes(t)
-            if not c.co_name.startswith("<") and "<locals>" not in getattr(c, "co_qualname", "")}
+    return {c for t in targets if not inspect.isbuiltin(t) for c in _codes(t) if _top_code(c)}
 
 
 def _nested(code: Any) -> set[Any]:
@@ -170,6 +174,20 @@ def signature(code: Any) -> tuple | None:
         return None
     consts = tuple(signature(c) if inspect.iscode(c) else repr(c) for c in code.co_consts)
     return (code.co_code, code.co_names, consts)
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What an `own_work` block watches (its targets, dtypes, modules and code objects) and what it found so far."""
+
+    targets: tuple
+    dtypes: tuple
+    modules: tuple
+    codes: frozenset
+    hits: list
+
+
+WATCHING: list[Watch] = []  # the own_work blocks running now, innermost last
 
 
 # What a learner's call may not do while a check watches it: switch the watch off or start threads it cannot see.
@@ -236,8 +254,8 @@ def _module_of(code: Any) -> str:
 
 
 @contextlib.contextmanager
-def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = (), what: str = ""
-             ) -> Iterator[None]:
+def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = (), what: str = "",
+             codes: tuple[Any, ...] = ()) -> Iterator[None]:
     """Fail the check when the code run inside the block calls any of `targets` (Python functions or classes, or
     builtins such as struct.unpack), a copy of one of them (the same bytecode under another name or code object),
     any torch function with one of `dtypes` as an argument, or anything of the packages named in `modules` (e.g.
@@ -249,17 +267,23 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     the hook off (sys.setprofile, sys.settrace), starts a thread outside `threading`, or when a thread of the
     learner's (a pool left running) is alive as the block starts: such a thread could run the reference unseen.
     A submission that hands back the reference's answer by calling it earns nothing. Wrap only the learner's calls.
+
+    `codes`: more code objects to watch (and to match copies of), for a process that has the targets' code but not
+    the targets (the grading kernel's answer process, grading/runner.py). While the block runs, WATCHING holds what
+    it watches and what it found, so that a learner's call made in another process can be watched alike.
     """
     builtins = {id(t) for t in targets if inspect.isbuiltin(t)}
     # a C type's method (struct.Struct.unpack): every bound copy of it, on any instance of the type
     methods = {(t.__objclass__, t.__name__) for t in targets if inspect.ismethoddescriptor(t)}
-    codes: set[Any] = set().union(*(_codes(t) for t in targets
+    extra = set().union(*(_nested(c) for c in codes)) if codes else set()
+    codes: set[Any] = extra.union(*(_codes(t) for t in targets
                                     if not inspect.isbuiltin(t) and not inspect.ismethoddescriptor(t)))
     if not codes and not builtins and not methods and not dtypes and not modules:
         raise ValueError("own_work needs a Python function, a class, a builtin, a dtype or a module to watch")
     # copies are matched on the targets' own functions (a lambda or a generator expression is too short and too
     # common to tell apart from the learner's; a copied function still runs the originals' nested code objects)
-    signatures = {s for s in map(signature, _top_codes(targets)) if s is not None}
+    signatures = {s for s in map(signature, _top_codes(targets) | {c for c in extra if _top_code(c)})
+                  if s is not None}
     folders = tuple(f"/{m.replace('.', '/')}/" for m in modules)
     hits: list[str] = []
     previous = sys.getprofile()
@@ -295,6 +319,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     if running:
         hits.append(f"a thread of your code ({running[0]}) running while the check calls your answer (a thread's "
                     "calls are not watched: shut your thread pools down, or do the work in the calling thread)")
+    WATCHING.append(Watch(targets, tuple(dtypes), tuple(modules), frozenset(codes), hits))
     threading.setprofile(profile)
     sys.setprofile(profile)
     try:
@@ -305,6 +330,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     finally:
         replaced = sys.getprofile() is not profile
         sys.setprofile(previous)
+        WATCHING.pop()
         threading.setprofile(previous_thread_hook)
     if replaced and not hits:
         hits.append("a replaced profile hook (switching off the check's watch)")
