@@ -580,12 +580,9 @@ def _forked_call(fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
     keep = _reachable((fn, args, kwargs))
     read_fd, write_fd = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: never returns
-        try:
-            os.close(read_fd)
-            _child_answer(write_fd, fn, args, kwargs, keep)
-        finally:
-            os._exit(0)
+    if pid == 0:  # the child: never returns (it exits in _child_answer, whose frame it does not clear)
+        os.close(read_fd)
+        _child_answer(write_fd, fn, args, kwargs, keep)
     os.close(write_fd)
     try:
         with os.fdopen(read_fd, "rb") as stream:
@@ -595,16 +592,20 @@ def _forked_call(fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
 
 
 def _child_answer(write_fd: int, fn: Any, args: Any, kwargs: Any, keep: set[int]) -> None:
-    """The forked child of `_forked_call`: clear the stack below this frame and the check modules, answer, write."""
+    """The forked child of `_forked_call`: clear the stack below this frame and the check modules, answer, write,
+    and exit (never returning into the cleared frames)."""
     import gc
     import os
 
-    _child_setup()
-    _clear_stack(sys._getframe(1), keep)
-    gc.collect()
-    reply = _answer(fn, args, kwargs)
-    with os.fdopen(write_fd, "wb") as out:
-        _send_line(out, reply)
+    try:
+        _child_setup()
+        _clear_stack(sys._getframe(1), keep)
+        gc.collect()
+        reply = _answer(fn, args, kwargs)
+        with os.fdopen(write_fd, "wb") as out:
+            _send_line(out, reply)
+    finally:
+        os._exit(0)
 
 
 def _reap(pid: int) -> None:
@@ -737,6 +738,49 @@ class AnswerProcess:
             self.pid = None
 
 
+def on_clean_stack(fn: Any) -> Any:
+    """`fn` (a learner's function of an exercise in IN_KERNEL) called in a thread of its own, which the kernel
+    waits for: the learner's code runs on a stack that holds no frame of the check (inspect.stack() and each
+    frame's f_back, f_locals and f_globals end at the thread's start), while what it does to the objects it is
+    handed stays in the kernel for the check to read. The watch on the learner's calls, torch's function modes and
+    the grad mode come along; anything else that is not callable comes back unchanged."""
+    if not callable(fn) or isinstance(fn, type):
+        return fn
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        import contextlib
+        import threading
+
+        import torch
+
+        modes = list(getattr(torch.overrides, "_get_current_function_mode_stack", list)())
+        grad = torch.is_grad_enabled()
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            with contextlib.ExitStack() as stack:
+                for mode in modes:
+                    stack.enter_context(mode)
+                stack.enter_context(torch.set_grad_enabled(grad))
+                try:
+                    box["value"] = fn(*args, **kwargs)
+                except BaseException as exc:  # noqa: BLE001 - handed to the check as the call's own
+                    box["raised"] = exc
+
+        worker = threading.Thread(target=run, name="course-answer", daemon=True)
+        worker.start()
+        worker.join()
+        if "raised" in box:
+            raise box.pop("raised")
+        return box.pop("value", None)
+
+    return call
+
+
+def _clean_stack_arguments(args: list, kwargs: dict) -> tuple[list, dict]:
+    return [on_clean_stack(a) for a in args], {k: on_clean_stack(v) for k, v in kwargs.items()}
+
+
 def _learner_functions(namespace: dict, call: str) -> dict[str, Any]:
     """{argument key: the learner's function} of a check call, read from the learner's namespace (by the keys the
     Recorder uses: "0", "1"... for positional arguments, the name for keyword ones)."""
@@ -846,8 +890,8 @@ def _quiet_learner_hooks() -> None:
 
 
 def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, hidden_path: str | None,
-                   memory_limit_mb: float | None, nonce: str, mime: str, modules: tuple = (), record: bool = False
-                   ) -> None:
+                   memory_limit_mb: float | None, nonce: str, mime: str, modules: tuple = (), record: bool = False,
+                   clean_stack: bool = True) -> None:
     """Evaluate one exercise in the grading kernel with the real checks opened, and display its verdict (and, for a
     recorded exercise, the learner's answers), tagged with the nonce, under the checks' MIME type."""
     from IPython.display import display
@@ -867,7 +911,8 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
             scope = {**namespace, name: check} if check is not None else namespace
             verdict = evaluate(scope, exercise, points, call, hidden_path, memory_limit_mb,
                                on_part=recorder.on_part if recorder else None,
-                               prepare=recorder.prepare if recorder else None)
+                               prepare=recorder.prepare if recorder else
+                               _clean_stack_arguments if clean_stack else None)
             if recorder is not None:
                 recorder.flush()
             running = running or foreign_threads()

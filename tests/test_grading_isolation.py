@@ -1,0 +1,96 @@
+"""Review of issue 34, B1: while the grader runs a check, the learner's function runs where no frame or module
+holds the check's expected value or reference. A recorded exercise's call is answered by a fork of the kernel made
+before the checks open (plain-data arguments) or by a fork that clears its stack and the check modules first (other
+arguments); an in-kernel exercise's call runs in a thread of its own, whose stack holds no frame of the check.
+Fast: grading/runner.py's pieces, in this process (the full grading run: tests/test_grade.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+
+import pytest
+import torch
+
+from utils.labs import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the answering processes are forks")
+
+
+def _runner():
+    spec = importlib.util.spec_from_file_location("_course_grading_runner_test", REPO_ROOT / "grading" / "runner.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def peek(*_args):
+    """A cheat: the first `want` any frame on the stack holds (None where a frame holds it cleared)."""
+    for info in inspect.stack():
+        found = inspect.getargvalues(info.frame).locals
+        if "want" in found:
+            return found["want"]
+    return "no want on the stack"
+
+
+def test_a_recorded_call_is_answered_where_no_expected_value_is():
+    runner = _runner()
+    answers = runner.AnswerProcess({"0": peek}, None)  # forked now, before any check computes `want`
+    try:
+        def check():
+            want = 1234  # noqa: F841 - what the cheat looks for
+            return (answers.ask("0", peek, (1, 2.0), {}),  # plain data: the answer process
+                    answers.ask("0", peek, (torch.nn.Linear(1, 1),), {}))  # a model: a fork that clears its stack
+
+        plain, other = check()
+    finally:
+        answers.close()
+    assert plain == {"value": "no want on the stack", "hits": []}
+    assert other == {"value": None, "hits": []}  # the frame is there, its `want` is not
+    assert peek() == "no want on the stack" and check.__code__.co_varnames == ("want",)
+
+
+def test_a_forked_call_keeps_what_its_arguments_need_and_reports_the_watch():
+    runner = _runner()
+    from utils.checks.core import CheckFailed, guarded
+
+    scale = 3.0
+    double = runner.AnswerProcess({}, None)
+    model = torch.nn.Linear(2, 2)
+
+    def forward(x):  # the check's own callable, closing over `model` and `scale`: both stay
+        return model(x) * scale
+
+    def answer(fn):
+        return fn(torch.ones(1, 2)).sum().item()
+
+    want = answer(forward)
+    reply = double.ask("0", answer, (forward,), {})
+    assert reply == {"value": want, "hits": []}
+
+    def truth(fn):
+        return answer(fn)
+
+    recorder = runner.Recorder("9.9", "nonce", "mime", lambda data: None, double)
+    watched = guarded(recorder.wrap("0", lambda fn: truth(fn)), truth)
+    with pytest.raises(CheckFailed, match="a call to .*truth"):
+        watched(forward)
+
+
+def test_an_in_kernel_call_runs_on_a_stack_without_the_check():
+    runner = _runner()
+
+    def check():
+        want = 1234  # noqa: F841 - what the cheat looks for
+        return runner.on_clean_stack(peek)(1), peek()
+
+    assert check() == ("no want on the stack", 1234)
+
+    def raises(_):
+        raise ValueError("the step's own error")
+
+    with pytest.raises(ValueError, match="the step's own error"):
+        runner.on_clean_stack(raises)(1)
+    with torch.no_grad():
+        assert runner.on_clean_stack(lambda: torch.is_grad_enabled())() is False
