@@ -94,3 +94,13 @@ def test_an_in_kernel_call_runs_on_a_stack_without_the_check():
         runner.on_clean_stack(raises)(1)
     with torch.no_grad():
         assert runner.on_clean_stack(lambda: torch.is_grad_enabled())() is False
+
+
+def test_a_message_that_names_out_of_memory_is_not_a_memory_cap():
+    """7.4's planted CUDA out-of-memory errors and its message's OutOfMemoryError are not the grader's memory cap."""
+    failed = _runner()._alloc_failure
+    assert not failed("expected plan_micro_batch(...) with the step raising OutOfMemoryError above batch 7 = (6, 120)")
+    assert not failed("your code raised OutOfMemoryError: CUDA out of memory (planted in forward at batch 9)")
+    assert failed("your code raised RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate")
+    assert failed("your code raised OutOfMemoryError: DefaultCPUAllocator: not enough memory: you tried")
+    assert failed("MemoryError")
