@@ -438,6 +438,19 @@ def _reachable(root: Any) -> set[int]:
     return seen
 
 
+def _hooks() -> list:
+    """What runs around the learner's call without being handed to it, and must keep what it reads: the watch's
+    profile hook and torch's saved-tensor hooks (a check counts what the call saves)."""
+    found: list = [sys.getprofile()]
+    try:
+        import torch
+
+        found.append(torch._C._autograd._top_saved_tensors_default_hooks(False))
+    except Exception:  # noqa: BLE001 - a torch without this private function: no hook to keep
+        pass
+    return found
+
+
 def _clear_module(namespace: dict, keep: set[int]) -> None:
     """A check module's globals without its functions and values (its modules and classes stay: the inputs are
     made of them), but for what the call's arguments reach."""
@@ -450,10 +463,9 @@ def _clear_module(namespace: dict, keep: set[int]) -> None:
 
 
 def _clear_stack(start: Any, keep: set[int]) -> None:
-    """In a forked child: every function frame from `start` outwards loses its locals (None in their place) but for
-    what `keep` holds and what a nested function shares (a check's saved-tensor hook or other callback, active
-    around the call, reads them), and every check module met on the way, or loaded, loses its functions and
-    values."""
+    """In a forked child: every function frame from `start` outwards loses its locals, its cells included (None in
+    their place), but for what `keep` holds, and every check module met on the way, or loaded, loses its functions
+    and values."""
     import ctypes
 
     to_fast = getattr(ctypes.pythonapi, "PyFrame_LocalsToFast", None)  # Python 3.11-3.12; 3.13 writes through
@@ -461,9 +473,8 @@ def _clear_stack(start: Any, keep: set[int]) -> None:
     while frame is not None:
         if frame.f_code.co_flags & 0x1:  # CO_OPTIMIZED: a function's frame (a module's locals are its globals)
             names = frame.f_locals
-            shared = {*frame.f_code.co_cellvars, *frame.f_code.co_freevars}  # a check's hook may need them
             for name, value in list(names.items()):
-                if id(value) not in keep and name not in shared:
+                if id(value) not in keep:
                     names[name] = None
             if to_fast is not None:
                 to_fast(ctypes.py_object(frame), ctypes.c_int(0))
@@ -585,7 +596,7 @@ def _forked_call(fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
     """One call answered by a fork of the kernel that has cleared its stack and the check modules first."""
     import os
 
-    keep = _reachable((fn, args, kwargs))
+    keep = _reachable((fn, args, kwargs, *_hooks()))
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns (it exits in _child_answer, whose frame it does not clear)
@@ -630,15 +641,28 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _rng_state() -> dict[str, Any]:
-    """Python's and torch's random states, as data."""
+def _holds_arrays(value: Any, depth: int = 0) -> bool:
+    """Whether arguments hold a tensor or an array: their storages (shared, or larger than the view) are part of
+    the question, and plain data would lose them, so such a call goes to a fork of the kernel, which keeps them."""
+    if depth > 32:
+        return True
+    if type(value).__module__.startswith(("torch", "numpy")) and hasattr(value, "shape"):
+        return True
+    if type(value) in (list, tuple, set, frozenset):
+        return any(_holds_arrays(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return any(_holds_arrays(v, depth + 1) for v in value.values())
+    return False
+
+
+def _rng_data(torch_state: Any, random_state: tuple) -> dict[str, Any]:
+    """torch's and Python's random states, as data."""
     import base64
-    import random
 
-    import torch
-
-    return {"torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode("ascii"),
-            "random": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]]}
+    version, internal, gauss = random_state
+    # tolist, not numpy: an exercise's watch may refuse numpy (2.1), and this runs inside it
+    return {"torch": base64.b64encode(bytes(torch_state.tolist())).decode("ascii"),
+            "random": [version, list(internal), gauss]}
 
 
 def _set_rng(state: dict[str, Any] | None) -> None:
@@ -710,11 +734,15 @@ class AnswerProcess:
     def ask(self, key: str, fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
         """The reply to fn(*args, **kwargs): from the answer process where the arguments are plain data, else from a
         fork of the kernel made for this call; in the kernel itself only where os.fork is missing."""
+        import random
+
+        import torch
+
         import utils.checks.core as core
         from utils.checks import wire
 
         watch = core.WATCHING[-1] if core.WATCHING else None
-        if self.pid is not None and self.functions.get(key) is fn:
+        if self.pid is not None and self.functions.get(key) is fn and not _holds_arrays((args, kwargs)):
             try:
                 sent = {"key": key, "args": [wire.encode(a) for a in args],
                         "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}}
@@ -724,18 +752,14 @@ class AnswerProcess:
                 if watch is not self.watch_sent:
                     _send_line(self.out, {"watch": _watch_spec(watch)})
                     self.watch_sent = watch
-                rng = _rng_state()
-                if rng != self.rng_sent:  # each call starts from the check's random state, as in the kernel
-                    _send_line(self.out, {"rng": rng})
-                    self.rng_sent = rng
+                rng = (torch.get_rng_state(), random.getstate())
+                if self.rng_sent is None or rng[1] != self.rng_sent[1] or not torch.equal(rng[0], self.rng_sent[0]):
+                    _send_line(self.out, {"rng": _rng_data(*rng)})  # each call starts from the check's random
+                    self.rng_sent = rng  # state, as in the kernel
                 _send_line(self.out, sent)
                 return _read_line(self.back)
         if self.fork:
             return _forked_call(fn, args, kwargs)
-        import random
-
-        import torch
-
         state = random.getstate()
         try:
             with torch.random.fork_rng(devices=[]):  # the learner's random numbers are not the check's

@@ -244,7 +244,7 @@ def test_every_solution_earns_full_marks_and_every_lab_none(graded):
 def test_a_chapter_lab_with_a_challenge_is_graded_and_exported(graded):
     rows = graded["rows"][FIXTURE]
     solved = rows[f"solution_{FIXTURE}.ipynb"]
-    assert solved["ex 42.3 (by hand, max 3)"] == "by hand" and solved["by hand max"] == "3"
+    assert solved["ex 42.3 (by hand, max 3)"] == "by hand" and solved["by hand max"] == "4"  # and 42.2's reasoning
     assert (solved["total"], solved["max"]) == ("3", "3")  # 42.2's reasoning: 1 more point, by hand
     assert "42.3: 3 graded by hand (rubric)" in graded["printed"]
     results = json.loads((graded["course"] / "gradescope" / f"solution_{FIXTURE}" / "results.json").read_text())

@@ -104,3 +104,29 @@ def test_a_message_that_names_out_of_memory_is_not_a_memory_cap():
     assert failed("your code raised RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate")
     assert failed("your code raised OutOfMemoryError: DefaultCPUAllocator: not enough memory: you tried")
     assert failed("MemoryError")
+
+
+def test_a_forked_call_clears_a_checks_cells_but_keeps_its_hooks():
+    """`want` read in a comprehension is a cell of the check's frame: cleared too; the check's saved-tensor hook,
+    active around the call, keeps what it closes over (it counts what the learner's code saves)."""
+    runner = _runner()
+    answers = runner.AnswerProcess({}, None)
+
+    def answer(x):
+        (x * x).sum()
+        return peek()
+
+    def check():
+        want = 7
+        seen = []
+
+        def pack(t):
+            seen.append(t.numel())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            reply = answers.ask("0", answer, (torch.ones(3, requires_grad=True),), {})
+        return reply, [want + i for i in range(1)]
+
+    reply, kept = check()
+    assert reply == {"value": None, "hits": []} and kept == [7]
