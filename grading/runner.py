@@ -7,7 +7,9 @@ path and calls `grade_exercise(globals(), ...)`, which
 1. opens the real check modules fresh from disk (`opened`), for this cell only;
 2. parses the lab's check call (one call such as `check_schedule(my_schedule)`) and evaluates its argument
    expressions in the learner's namespace; for a recorded exercise, wraps each learner function in a `Recorder`
-   that sends every answer as plain data (utils/checks/wire.py) and sends the learner's values the same way;
+   whose calls another process answers (`AnswerProcess`: the learner's code never runs where a check is), and
+   sends every answer as plain data (utils/checks/wire.py), and the learner's values the same way; for an
+   IN_KERNEL exercise, runs each learner function in a thread of its own (`on_clean_stack`);
 3. runs the public check with those arguments, then the held-out cases `HIDDEN[exercise]` from
    `grading/hidden/chNN.py` (also loaded by file path) with the same arguments;
 4. where the exercise has `memory_limit_mb`, runs both under an address-space limit (RLIMIT_AS) of that many

@@ -7,19 +7,24 @@ gives stand-ins with no reference, truth function or expected value in their glo
 cell opens the real checks fresh from disk, runs the lab's check call with the learner's arguments (the PUBLIC
 cases), then the held-out cases `HIDDEN[exercise]` of grading/hidden/chNN.py (loaded by file path: never
 importable from a lab), under the exercise's memory cap where it has one (`memory_limit_mb`). For every exercise
-but those in IN_KERNEL, the kernel only PRODUCES ANSWERS there: each call of the learner's functions is recorded
-as plain data and sent to this process, which runs the same checks on them (`score`, `combine`): a part earns its
-points only where that comparison passed and the kernel found nothing against it (a call to a reference, a memory
-cap, a thread of the learner's). The grader reads only what its own cells display under the checks' MIME type,
-tagged with a nonce of this run. So printing "PASSED", editing or deleting a check cell, replacing a check
-function or reading a check's globals earns nothing. A submission that raises, loops, exits, kills its kernel or
-prints megabytes gets 0 for what did not pass, with the reason, and the run goes on.
+but those in IN_KERNEL, the kernel only PRODUCES ANSWERS there, and the learner's code never runs in the process
+that holds the check: each call of the learner's functions is answered by another process (a fork of the kernel
+made before the checks open, or one that clears its stack and the check modules first: grading/runner.py),
+recorded as plain data and sent to this process, which runs the same checks on them (`score`, `combine`): a part
+earns its points only where that comparison passed and the kernel found nothing against it (a call to a reference,
+a memory cap, a thread of the learner's). An IN_KERNEL exercise's learner call runs in a thread of its own, on a
+stack that holds no frame of the check (but SAME_THREAD's). The grader reads only what its own cells display
+under the checks' MIME type, tagged with a nonce of this run. So printing "PASSED", editing or deleting a check
+cell, replacing a check function or reading a check's globals earns nothing. A submission that raises, loops,
+exits, kills its kernel or prints megabytes gets 0 for what did not pass, with the reason, and the run goes on.
 
 Points come from the lab's metadata: with held-out cases, the public cases earn half of an exercise's points and
-the held-out cases the other half; an answer over its memory cap scores 0. Open challenges are listed with their
-points as graded by hand (rubric). Output: a table per lab, one CSV per lab (with a "read by hand" column: each
-reasoning the check could not place, each answer cell naming a check's internals), and Gradescope's results.json
-per submission (`--results-json FILE` for the one submission of a Gradescope run).
+the held-out cases the other half; an answer over its memory cap scores 0. A prediction's reasoning is read, not
+counted: of an exercise with one, REASONING_POINTS are given by hand. Open challenges are listed with their points
+as graded by hand (rubric). Output: a table per lab, one CSV per lab (with a "read by hand" column: every
+reasoning with its text, marked where it names fewer than two of the exercise's quantities, and each answer cell
+naming a check's internals or the interpreter's frames), and Gradescope's results.json per submission
+(`--results-json FILE` for the one submission of a Gradescope run).
 
 Grading executes the submitted code: run it in a container or sandbox, never with your credentials
 (docs/instructors.md shows a `docker run --network none` line).
