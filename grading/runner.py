@@ -384,9 +384,11 @@ def opened(modules: list[str]):
 # Where a recorded exercise's learner function runs: never in the process that holds the checks. The check runs in
 # the grading kernel (it builds the inputs and holds the expected values); each call of the learner's function is
 # answered by another process that holds none of it, and the answer comes back as plain data:
-# - a call whose arguments are plain data (numbers, strings, tensors...) goes to the ANSWER PROCESS, a fork of the
-#   kernel made before the grader's cell opens the checks (it holds the learner's state and the sealed modules);
-# - a call with other arguments (a model, a function to run) goes to a fork of the kernel made for that call, which
+# - a call whose arguments are plain data without tensors (numbers, strings, lists, dicts) goes to the ANSWER
+#   PROCESS, a fork of the kernel made before the grader's cell opens the checks (it holds the learner's state and
+#   the sealed modules);
+# - a call with other arguments (a model, a function to run, a tensor whose storage matters) goes to a fork of the
+#   kernel made for that call, which
 #   first clears every frame's locals and every check module's functions and values that the arguments do not
 #   reach, so no expected value, reference or held-out case is left in a frame or module when the learner's code
 #   runs (what the check still needs of a frame lives on in the kernel, which the learner's code never runs in).
@@ -415,6 +417,9 @@ def _check_module(name: Any) -> bool:
 def _reachable(root: Any) -> set[int]:
     """The ids of what `root` (the arguments of a call) reaches through containers, closures and bound methods: the
     values a cleared frame keeps (the call needs them, and they are the learner's to see)."""
+    import functools
+    import types
+
     seen: set[int] = set()
     todo = [(root, 0)]
     while todo:
@@ -422,18 +427,21 @@ def _reachable(root: Any) -> set[int]:
         if id(obj) in seen or depth > 8:
             continue
         seen.add(id(obj))
-        inner: list = []
-        if type(obj) in (list, tuple, set, frozenset):
+        kind = type(obj)  # only exact types, read without running any __getattr__ of the learner's (this runs in
+        inner: list = []  # the kernel, beside the check)
+        if kind in (list, tuple, set, frozenset):
             inner = list(obj)
-        elif type(obj) is dict:
+        elif kind is dict:
             inner = [*obj.keys(), *obj.values()]
-        for attr in ("__closure__", "__self__", "__func__", "__wrapped__", "func", "args", "keywords"):
-            value = getattr(obj, attr, None) if callable(obj) else None
-            if value is not None:
-                inner.append(value)
-        if type(obj).__name__ == "cell":
+        elif kind is types.FunctionType:
+            inner = [*(obj.__closure__ or ()), *(obj.__defaults__ or ())]
+        elif kind is types.MethodType:
+            inner = [obj.__self__, obj.__func__]
+        elif kind is functools.partial:
+            inner = [obj.func, obj.args, obj.keywords]
+        elif kind is types.CellType:
             try:
-                inner.append(obj.cell_contents)
+                inner = [obj.cell_contents]
             except ValueError:  # an empty cell
                 pass
         todo += [(i, depth + 1) for i in inner]
@@ -646,9 +654,10 @@ def _reap(pid: int) -> None:
 def _holds_arrays(value: Any, depth: int = 0) -> bool:
     """Whether arguments hold a tensor or an array: their storages (shared, or larger than the view) are part of
     the question, and plain data would lose them, so such a call goes to a fork of the kernel, which keeps them."""
-    if depth > 32:
-        return True
-    if type(value).__module__.startswith(("torch", "numpy")) and hasattr(value, "shape"):
+    import numpy as np
+    import torch
+
+    if depth > 32 or issubclass(type(value), torch.Tensor | np.ndarray):  # issubclass: no code of the learner's runs
         return True
     if type(value) in (list, tuple, set, frozenset):
         return any(_holds_arrays(v, depth + 1) for v in value)

@@ -130,3 +130,23 @@ def test_a_forked_call_clears_a_checks_cells_but_keeps_its_hooks():
 
     reply, kept = check()
     assert reply == {"value": None, "hits": []} and kept == [7]
+
+
+def test_what_a_call_reaches_is_read_without_running_the_learners_code():
+    """Before a fork the kernel still holds the check: reading what the call's arguments reach, or whether they hold
+    tensors, must not run a __getattr__ of the learner's (it could read the check's frames)."""
+    runner = _runner()
+    touched = []
+
+    class Spy:
+        def __getattr__(self, name):
+            touched.append(name)
+            raise AttributeError(name)
+
+        def __call__(self, x):
+            return x
+
+    spy = Spy()
+    assert id(spy) in runner._reachable((spy, (1,), {}))
+    assert not runner._holds_arrays(((spy, 2), {"x": spy}))
+    assert touched == []
