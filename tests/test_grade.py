@@ -290,7 +290,7 @@ def test_every_reasoning_is_read_by_hand_not_counted(graded):
     assert denied[column] == "by hand" and denied["total"] == denied["max"] == "5", denied["notes"]
     assert DENIED_REASONING in denied["read by hand"] and READ_BY_HAND in denied["read by hand"], denied
     solved = rows["alice_00.ipynb"]
-    assert "ex 0.4 reasoning (by hand, max 1): 'the slice is a view" in solved["read by hand"], solved
+    assert "ex 0.4 reasoning (by hand, max 1): 'The slice is a view" in solved["read by hand"], solved
     assert READ_BY_HAND not in solved["read by hand"]
     assert "left as handed out" in rows["edited_checks_lab00_warmup.ipynb"]["read by hand"]
 
