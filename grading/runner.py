@@ -718,15 +718,20 @@ class AnswerProcess:
         self.pid, self.out, self.back = pid, os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
 
     def _serve(self, requests: Any, replies: Any, memory_limit_mb: float | None) -> None:
+        import contextlib
+        import json
+
         from utils.checks import wire
 
-        watch = rng = None
+        rng = None
+        watching = contextlib.ExitStack()  # the watch the kernel's check has open, open here too, across its calls
         for line in requests:
-            import json
-
             request = json.loads(line)
             if "watch" in request:
-                watch = request["watch"]
+                with contextlib.suppress(Exception):  # what the closed watch found was sent with its calls
+                    watching.close()
+                watching = contextlib.ExitStack()
+                watching.enter_context(_watched(request["watch"]))
                 continue
             if "rng" in request:
                 rng = request["rng"]
@@ -740,7 +745,7 @@ class AnswerProcess:
                 _send_line(replies, {"raised": "RuntimeError", "message": f"arguments not read back: {exc}",
                                      "hits": []})
                 continue
-            _send_line(replies, _answer(fn, args, kwargs, watch, memory_limit_mb))
+            _send_line(replies, _answer(fn, args, kwargs, None, memory_limit_mb))
 
     def ask(self, key: str, fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
         """The reply to fn(*args, **kwargs): from the answer process where the arguments are plain data, else from a

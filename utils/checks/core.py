@@ -189,6 +189,14 @@ class Watch:
 WATCHING: list[Watch] = []  # the own_work blocks running now, innermost last
 
 
+def _signature_of(code: Any, seen: dict[int, tuple]) -> tuple | None:
+    """signature(code), computed once per code object (kept alive in `seen`, so its id is not reused)."""
+    found = seen.get(id(code))
+    if found is None:
+        found = seen[id(code)] = (code, signature(code))
+    return found[1]
+
+
 # What a learner's call may not do while a check watches it: switch the watch off or start threads it cannot see.
 _WATCH_SWITCHES = (sys.setprofile, sys.settrace)
 # Threads that belong to the kernel, the test runner or a library's own machinery (by the module of the thread's
@@ -285,6 +293,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                   if s is not None}
     folders = tuple(f"/{m.replace('.', '/')}/" for m in modules)
     hits: list[str] = []
+    seen: dict[int, tuple] = {}  # id(code) -> (code, its signature): each code object's signature computed once
     previous = sys.getprofile()
     previous_thread_hook = getattr(threading, "_profile_hook", None)
     start_thread = threading.Thread.start.__code__
@@ -293,7 +302,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
         if not hits:
             if event == "call":
                 code = frame.f_code
-                if code in codes or (signatures and signature(code) in signatures):
+                if code in codes or (signatures and _signature_of(code, seen) in signatures):
                     hits.append(f"a call to {getattr(code, 'co_qualname', code.co_name)}")
                 elif folders and any(f in _module_of(code) for f in folders):
                     hits.append(f"a call to {code.co_name} of {modules[0]}")
