@@ -7,7 +7,9 @@ path and calls `grade_exercise(globals(), ...)`, which
 1. opens the real check modules fresh from disk (`opened`), for this cell only;
 2. parses the lab's check call (one call such as `check_schedule(my_schedule)`) and evaluates its argument
    expressions in the learner's namespace; for a recorded exercise, wraps each learner function in a `Recorder`
-   that sends every answer as plain data (utils/checks/wire.py) and sends the learner's values the same way;
+   whose calls another process answers (`AnswerProcess`: the learner's code never runs where a check is), and
+   sends every answer as plain data (utils/checks/wire.py), and the learner's values the same way; for an
+   IN_KERNEL exercise, runs each learner function in a thread of its own (`on_clean_stack`);
 3. runs the public check with those arguments, then the held-out cases `HIDDEN[exercise]` from
    `grading/hidden/chNN.py` (also loaded by file path) with the same arguments;
 4. where the exercise has `memory_limit_mb`, runs both under an address-space limit (RLIMIT_AS) of that many
@@ -98,6 +100,9 @@ def memory_cap(limit_mb: float | None):
 
 
 def _alloc_failure(text: str) -> bool:
+    """Whether a verdict's message tells of a failed allocation (a check that merely names torch's
+    OutOfMemoryError, or quotes the CUDA out-of-memory error a check plants, as 7.4 does, is not one)."""
+    text = text.replace("OutOfMemoryError", "").replace("CUDA out of memory", "")
     return any(marker in text for marker in ALLOC_FAILURES)
 
 
@@ -375,12 +380,487 @@ def opened(modules: list[str]):
             _install({m: sealed[m] for m in modules if m in sealed})
 
 
-class Recorder:
-    """Wraps the learner's functions: each call's answer (or what it raised) is recorded as plain data and sent to
-    the grader, tagged with the grading run's nonce; the learner's random-number use is kept from the check's."""
+# ---------------------------------------------------------------------------------------------------------------
+# Where a recorded exercise's learner function runs: never in the process that holds the checks. The check runs in
+# the grading kernel (it builds the inputs and holds the expected values); each call of the learner's function is
+# answered by another process that holds none of it, and the answer comes back as plain data:
+# - a call whose arguments are plain data without tensors (numbers, strings, lists, dicts) goes to the ANSWER
+#   PROCESS, a fork of the kernel made before the grader's cell opens the checks (it holds the learner's state and
+#   the sealed modules);
+# - a call with other arguments (a model, a function to run, a tensor whose storage matters) goes to a fork of the
+#   kernel made for that call, which
+#   first clears every frame's locals and every check module's functions and values that the arguments do not
+#   reach, so no expected value, reference or held-out case is left in a frame or module when the learner's code
+#   runs (what the check still needs of a frame lives on in the kernel, which the learner's code never runs in).
+# The watch on the learner's calls (utils.checks.core.own_work) runs in the answering process too, and what it finds
+# comes back with the answer. Where os.fork is missing (Windows), the call runs in the kernel, as before.
 
-    def __init__(self, exercise: str, nonce: str, mime: str, send: Any) -> None:
+def _child_setup() -> None:
+    """In a forked child: one torch thread (GNU OpenMP's pool does not survive a fork) and no output of its own."""
+    import io
+
+    sys.stdout = sys.stderr = io.StringIO()
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except Exception:  # noqa: BLE001 - a kernel without torch answers without it
+        pass
+
+
+def _check_module(name: Any) -> bool:
+    """A module that holds references, truths or held-out cases: a lab's check module or a held-out cases file."""
+    return isinstance(name, str) and ((name.startswith("utils.checks.") and name not in SEALED_MODULES
+                                       and name != "utils.checks.not_run") or name.startswith("_course_hidden_"))
+
+
+def _reachable(root: Any) -> set[int]:
+    """The ids of what `root` (the arguments of a call) reaches through containers, closures and bound methods: the
+    values a cleared frame keeps (the call needs them, and they are the learner's to see)."""
+    import functools
+    import types
+
+    seen: set[int] = set()
+    todo = [(root, 0)]
+    while todo:
+        obj, depth = todo.pop()
+        if id(obj) in seen or depth > 8:
+            continue
+        seen.add(id(obj))
+        kind = type(obj)  # only exact types, read without running any __getattr__ of the learner's (this runs in
+        inner: list = []  # the kernel, beside the check)
+        if kind in (list, tuple, set, frozenset):
+            inner = list(obj)
+        elif kind is dict:
+            inner = [*obj.keys(), *obj.values()]
+        elif kind is types.FunctionType:
+            inner = [*(obj.__closure__ or ()), *(obj.__defaults__ or ())]
+        elif kind is types.MethodType:
+            inner = [obj.__self__, obj.__func__]
+        elif kind is functools.partial:
+            inner = [obj.func, obj.args, obj.keywords]
+        elif kind is types.CellType:
+            try:
+                inner = [obj.cell_contents]
+            except ValueError:  # an empty cell
+                pass
+        todo += [(i, depth + 1) for i in inner]
+    return seen
+
+
+def _hooks() -> list:
+    """What runs around the learner's call without being handed to it, and must keep what it reads: the watch's
+    profile hook and torch's saved-tensor hooks (a check counts what the call saves)."""
+    found: list = [sys.getprofile()]
+    try:
+        import torch
+
+        found.append(torch._C._autograd._top_saved_tensors_default_hooks(False))
+    except Exception:  # noqa: BLE001 - a torch without this private function: no hook to keep
+        pass
+    return found
+
+
+def _clear_module(namespace: dict, keep: set[int]) -> None:
+    """A check module's globals without its functions and values (its modules and classes stay: the inputs are
+    made of them), but for what the call's arguments reach."""
+    import types
+
+    for name, value in list(namespace.items()):
+        if name.startswith("__") or isinstance(value, types.ModuleType | type) or id(value) in keep:
+            continue
+        del namespace[name]
+
+
+def _clear_stack(start: Any, keep: set[int]) -> None:
+    """In a forked child: every function frame from `start` outwards loses its locals, its cells included (None in
+    their place), but for what `keep` holds, and every check module met on the way, or loaded, loses its functions
+    and values."""
+    import ctypes
+
+    to_fast = getattr(ctypes.pythonapi, "PyFrame_LocalsToFast", None)  # Python 3.11-3.12; 3.13 writes through
+    frame = start
+    while frame is not None:
+        if frame.f_code.co_flags & 0x1:  # CO_OPTIMIZED: a function's frame (a module's locals are its globals)
+            names = frame.f_locals
+            for name, value in list(names.items()):
+                if id(value) not in keep:
+                    names[name] = None
+            if to_fast is not None:
+                to_fast(ctypes.py_object(frame), ctypes.c_int(0))
+        if _check_module(frame.f_globals.get("__name__")):
+            _clear_module(frame.f_globals, keep)
+        frame = frame.f_back
+    for name, module in list(sys.modules.items()):
+        if _check_module(name):
+            _clear_module(vars(module), keep)
+
+
+def _watch_spec(watch: Any) -> dict[str, Any] | None:
+    """What an own_work block watches, as data another process can rebuild: code objects (marshal), builtins and C
+    methods by name, dtypes and module names."""
+    import base64
+    import inspect
+    import marshal
+
+    if watch is None:
+        return None
+    names = []
+    for t in watch.targets:
+        if isinstance(t, str):
+            names.append(t)
+        elif inspect.ismethoddescriptor(t):
+            names.append(f"{t.__objclass__.__module__}:{t.__objclass__.__qualname__}.{t.__name__}")
+        elif inspect.isbuiltin(t):
+            owner = getattr(t, "__self__", None)
+            module = getattr(t, "__module__", None) or getattr(owner, "__name__", "")
+            names.append(f"{module}:{t.__qualname__}")
+    return {"codes": [base64.b64encode(marshal.dumps(c)).decode("ascii") for c in watch.codes], "names": names,
+            "dtypes": [str(d).removeprefix("torch.") for d in watch.dtypes], "modules": list(watch.modules)}
+
+
+def _resolve(name: str) -> Any:
+    import importlib
+
+    module, _, qualname = name.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _watched(spec: dict[str, Any] | None) -> Any:
+    """The own_work block `_watch_spec` described, rebuilt here (a no-op block where nothing is watched)."""
+    import base64
+    import contextlib
+    import marshal
+
+    if spec is None:
+        return contextlib.nullcontext()
+    import torch
+
+    import utils.checks.core as core
+
+    targets = []
+    for name in spec["names"]:
+        try:
+            targets.append(_resolve(name))
+        except (ImportError, AttributeError):  # a library this kernel does not have: nothing to call there
+            pass
+    return core.own_work(*targets, dtypes=tuple(getattr(torch, d) for d in spec["dtypes"]),
+                         modules=tuple(spec["modules"]), codes=tuple(marshal.loads(base64.b64decode(c))
+                                                                     for c in spec["codes"]))
+
+
+def _answer(fn: Any, args: Any, kwargs: Any, watch: dict[str, Any] | None = None,
+            memory_limit_mb: float | None = None, *, same_process: bool = False) -> dict[str, Any]:
+    """The reply for one call of the learner's function, made in the answering process: the answer as plain data
+    (or what it raised), and what the watch found ("hits"); `same_process`: also the answer itself ("object") and
+    the exception itself ("exception"), for a caller in this process."""
+    import utils.checks.core as core
+    from utils.checks import wire
+
+    found: list[str] = []
+    reply: dict[str, Any]
+    try:
+        with memory_cap(memory_limit_mb), _watched(watch):
+            if core.WATCHING:
+                found = core.WATCHING[-1].hits
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - what the learner's code raised is its answer
+                reply = {"raised": type(exc).__name__, "message": str(exc)[:500]}
+                if same_process:
+                    reply["exception"] = exc
+            else:
+                try:
+                    reply = {"value": wire.encode(out)}
+                except Exception as exc:  # noqa: BLE001 - not plain data
+                    reply = {"unplain": str(exc)[:300]}
+                if same_process:
+                    reply["object"] = out
+    except BaseException as exc:  # noqa: BLE001 - the watch failed the call (its hits say why)
+        reply = {"raised": type(exc).__name__, "message": str(exc)[:500]}
+    if not found and core.WATCHING:  # a call answered in a fork of the kernel: the watch came along with it
+        found = core.WATCHING[-1].hits
+    return {**reply, "hits": list(found)}
+
+
+def _send_line(stream: Any, data: dict) -> None:
+    import json
+
+    stream.write(json.dumps(data).encode() + b"\n")
+    stream.flush()
+
+
+def _read_line(stream: Any) -> dict:
+    import json
+
+    line = stream.readline()
+    if not line:
+        raise RuntimeError("the process answering the learner's calls ended without an answer (it died or exited)")
+    return json.loads(line)
+
+
+def _forked_call(fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    """One call answered by a fork of the kernel that has cleared its stack and the check modules first."""
+    import os
+
+    keep = _reachable((fn, args, kwargs, *_hooks()))
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns (it exits in _child_answer, whose frame it does not clear)
+        os.close(read_fd)
+        _child_answer(write_fd, fn, args, kwargs, keep)
+    os.close(write_fd)
+    try:
+        with os.fdopen(read_fd, "rb") as stream:
+            return _read_line(stream)
+    finally:
+        _reap(pid)
+
+
+def _child_answer(write_fd: int, fn: Any, args: Any, kwargs: Any, keep: set[int]) -> None:
+    """The forked child of `_forked_call`: clear the stack below this frame and the check modules, answer, write,
+    and exit (never returning into the cleared frames)."""
+    import gc
+    import os
+
+    try:
+        _child_setup()
+        _clear_stack(sys._getframe(1), keep)
+        gc.collect()
+        reply = _answer(fn, args, kwargs)
+        with os.fdopen(write_fd, "wb") as out:
+            _send_line(out, reply)
+    finally:
+        os._exit(0)
+
+
+def _reap(pid: int) -> None:
+    import os
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _holds_arrays(value: Any, depth: int = 0) -> bool:
+    """Whether arguments hold a tensor or an array: their storages (shared, or larger than the view) are part of
+    the question, and plain data would lose them, so such a call goes to a fork of the kernel, which keeps them."""
+    import numpy as np
+    import torch
+
+    if depth > 32 or issubclass(type(value), torch.Tensor | np.ndarray):  # issubclass: no code of the learner's runs
+        return True
+    if type(value) in (list, tuple, set, frozenset):
+        return any(_holds_arrays(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return any(_holds_arrays(v, depth + 1) for v in value.values())
+    return False
+
+
+def _rng_data(torch_state: Any, random_state: tuple) -> dict[str, Any]:
+    """torch's and Python's random states, as data."""
+    import base64
+
+    version, internal, gauss = random_state
+    # tolist, not numpy: an exercise's watch may refuse numpy (2.1), and this runs inside it
+    return {"torch": base64.b64encode(bytes(torch_state.tolist())).decode("ascii"),
+            "random": [version, list(internal), gauss]}
+
+
+def _set_rng(state: dict[str, Any] | None) -> None:
+    import base64
+    import random
+
+    import torch
+
+    if state is None:
+        return
+    torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8))
+    version, internal, gauss = state["random"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+class AnswerProcess:
+    """A fork of the grading kernel made before the grader's cell opens the checks: it holds the learner's
+    `functions` (by argument key) and nothing of the checks, and answers each call whose arguments are plain data."""
+
+    def __init__(self, functions: dict[str, Any], memory_limit_mb: float | None, *, fork: bool = True) -> None:
+        import gc
+        import os
+
+        self.functions, self.pid, self.watch_sent, self.rng_sent = functions, None, None, None
+        self.fork = fork and hasattr(os, "fork")  # False: every call is answered here (a test's in-process run)
+        if not functions or not self.fork:
+            return
+        gc.collect()
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: serves until the kernel closes its pipe
+            try:
+                os.close(from_parent)
+                os.close(to_parent)
+                _child_setup()
+                self._serve(os.fdopen(to_child, "rb"), os.fdopen(from_child, "wb"), memory_limit_mb)
+            finally:
+                os._exit(0)
+        os.close(to_child)
+        os.close(from_child)
+        self.pid, self.out, self.back = pid, os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
+
+    def _serve(self, requests: Any, replies: Any, memory_limit_mb: float | None) -> None:
+        import contextlib
+        import json
+
+        from utils.checks import wire
+
+        rng = None
+        watching = contextlib.ExitStack()  # the watch the kernel's check has open, open here too, across its calls
+        for line in requests:
+            request = json.loads(line)
+            if "watch" in request:
+                with contextlib.suppress(Exception):  # what the closed watch found was sent with its calls
+                    watching.close()
+                watching = contextlib.ExitStack()
+                watching.enter_context(_watched(request["watch"]))
+                continue
+            if "rng" in request:
+                rng = request["rng"]
+                continue
+            _set_rng(rng)
+            fn = self.functions[request["key"]]
+            try:
+                args = [wire.decode(a) for a in request["args"]]
+                kwargs = {k: wire.decode(v) for k, v in request["kwargs"].items()}
+            except Exception as exc:  # noqa: BLE001 - a grader bug: say so in the answer
+                _send_line(replies, {"raised": "RuntimeError", "message": f"arguments not read back: {exc}",
+                                     "hits": []})
+                continue
+            _send_line(replies, _answer(fn, args, kwargs, None, memory_limit_mb))
+
+    def ask(self, key: str, fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+        """The reply to fn(*args, **kwargs): from the answer process where the arguments are plain data, else from a
+        fork of the kernel made for this call; in the kernel itself only where os.fork is missing."""
+        import random
+
+        import torch
+
+        import utils.checks.core as core
+        from utils.checks import wire
+
+        watch = core.WATCHING[-1] if core.WATCHING else None
+        if self.pid is not None and self.functions.get(key) is fn and not _holds_arrays((args, kwargs)):
+            try:
+                sent = {"key": key, "args": [wire.encode(a) for a in args],
+                        "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}}
+            except wire.Unplain:
+                sent = None
+            if sent is not None:
+                if watch is not self.watch_sent:
+                    _send_line(self.out, {"watch": _watch_spec(watch)})
+                    self.watch_sent = watch
+                rng = (torch.get_rng_state(), random.getstate())
+                if self.rng_sent is None or rng[1] != self.rng_sent[1] or not torch.equal(rng[0], self.rng_sent[0]):
+                    _send_line(self.out, {"rng": _rng_data(*rng)})  # each call starts from the check's random
+                    self.rng_sent = rng  # state, as in the kernel
+                _send_line(self.out, sent)
+                return _read_line(self.back)
+        if self.fork:
+            return _forked_call(fn, args, kwargs)
+        state = random.getstate()
+        try:
+            with torch.random.fork_rng(devices=[]):  # the learner's random numbers are not the check's
+                return _answer(fn, args, kwargs, same_process=True)
+        finally:
+            random.setstate(state)
+
+    def close(self) -> None:
+        if self.pid is not None:
+            for stream in (self.out, self.back):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            _reap(self.pid)
+            self.pid = None
+
+
+def on_clean_stack(fn: Any) -> Any:
+    """`fn` (a learner's function of an exercise in IN_KERNEL) called in a thread of its own, which the kernel
+    waits for: the learner's code runs on a stack that holds no frame of the check (inspect.stack() and each
+    frame's f_back, f_locals and f_globals end at the thread's start), while what it does to the objects it is
+    handed stays in the kernel for the check to read. The watch on the learner's calls, torch's function modes and
+    the grad mode come along; anything else that is not callable comes back unchanged."""
+    if not callable(fn) or isinstance(fn, type):
+        return fn
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        import contextlib
+        import threading
+
+        import torch
+
+        modes = list(getattr(torch.overrides, "_get_current_function_mode_stack", list)())
+        grad = torch.is_grad_enabled()
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            with contextlib.ExitStack() as stack:
+                for mode in modes:
+                    stack.enter_context(mode)
+                stack.enter_context(torch.set_grad_enabled(grad))
+                try:
+                    box["value"] = fn(*args, **kwargs)
+                except BaseException as exc:  # noqa: BLE001 - handed to the check as the call's own
+                    box["raised"] = exc
+
+        worker = threading.Thread(target=run, name="course-answer", daemon=True)
+        worker.start()
+        worker.join()
+        if "raised" in box:
+            raise box.pop("raised")
+        return box.pop("value", None)
+
+    return call
+
+
+def _clean_stack_arguments(args: list, kwargs: dict) -> tuple[list, dict]:
+    return [on_clean_stack(a) for a in args], {k: on_clean_stack(v) for k, v in kwargs.items()}
+
+
+def _learner_functions(namespace: dict, call: str) -> dict[str, Any]:
+    """{argument key: the learner's function} of a check call, read from the learner's namespace (by the keys the
+    Recorder uses: "0", "1"... for positional arguments, the name for keyword ones)."""
+    _, arg_sources, kwarg_sources = parse_call(call)
+    found = {}
+    for key, source in [*((str(i), s) for i, s in enumerate(arg_sources)), *kwarg_sources.items()]:
+        try:
+            value = eval(source, namespace)  # noqa: S307 - the lab's own argument names, as the check cell has them
+        except Exception:  # noqa: BLE001 - the check reports a name that is not defined
+            continue
+        if callable(value) and not isinstance(value, type):
+            found[key] = value
+    return found
+
+
+class Recorder:
+    """Wraps the learner's functions: each call is answered by a process that holds no check (AnswerProcess), and
+    its answer (or what it raised) is recorded as plain data and sent to the grader, tagged with the grading run's
+    nonce."""
+
+    def __init__(self, exercise: str, nonce: str, mime: str, send: Any, answers: AnswerProcess | None = None
+                 ) -> None:
         self.exercise, self.nonce, self.mime, self.send = exercise, nonce, mime, send
+        self.answers = answers if answers is not None else AnswerProcess({}, None)
         self.part = "public"
         self.pending: dict[tuple[str, str], list] = {}
         self.sent: dict[tuple[str, str], int] = {}
@@ -391,26 +871,29 @@ class Recorder:
 
     def wrap(self, key: str, fn: Any) -> Any:
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            import random
-
             import torch
 
+            import utils.checks.core as core
             from utils.checks import wire
 
-            state = random.getstate()
-            try:
-                with torch.random.fork_rng(devices=[]):
-                    out = fn(*args, **kwargs)
-            except BaseException as exc:
-                self._add(key, {"raised": type(exc).__name__, "message": str(exc)[:500]})
-                raise
-            finally:
-                random.setstate(state)
-            try:
-                self._add(key, {"value": wire.encode(out)})
-            except Exception as exc:  # not plain data, or a tensor that will not read back
-                self._add(key, {"unplain": str(exc)[:300]})
-            return out
+            reply = self.answers.ask(key, fn, args, kwargs)
+            hits = reply.pop("hits", [])
+            if hits and core.WATCHING and not core.WATCHING[-1].hits:
+                core.WATCHING[-1].hits.append(str(hits[0]))
+            answered_here = "object" in reply or "exception" in reply
+            kept, raised = reply.pop("object", None), reply.pop("exception", None)
+            self._add(key, reply)
+            if raised is not None:
+                raise raised
+            if answered_here:  # in this process (a test's run): the answer itself, as the kernel once had it
+                return kept
+            if "raised" in reply:
+                raise _raised(str(reply["raised"]), str(reply.get("message", "")))
+            if "unplain" in reply:
+                raise TypeError(f"the function returned {reply['unplain']}, not plain data (numbers, strings, "
+                                "lists, dicts, tensors)")
+            with torch._C.DisableTorchFunction():  # reading the answer back is the grader's, not the learner's
+                return wire.decode(reply["value"])
 
         return recorded
 
@@ -446,7 +929,8 @@ class Recorder:
                 spec[key] = {"value": wire.encode(value)}
             except wire.Unplain as exc:
                 spec[key] = {"unplain": str(exc)}
-            return value
+                return value
+            return wire.decode(spec[key]["value"])  # the check gets data, never an object of the learner's
 
         new_args = [one(str(i), v) for i, v in enumerate(args)]
         new_kwargs = {k: one(k, v) for k, v in kwargs.items()}
@@ -454,9 +938,22 @@ class Recorder:
         return new_args, new_kwargs
 
 
+def _quiet_learner_hooks() -> None:
+    """Before the checks open: what the learner's earlier cells left to run inside them goes (trace and profile
+    hooks, garbage-collector callbacks), so the learner's code never runs while the kernel holds a check."""
+    import gc
+    import threading
+
+    sys.settrace(None)
+    sys.setprofile(None)
+    threading.settrace(None)
+    threading.setprofile(None)
+    gc.callbacks.clear()
+
+
 def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, hidden_path: str | None,
-                   memory_limit_mb: float | None, nonce: str, mime: str, modules: tuple = (), record: bool = False
-                   ) -> None:
+                   memory_limit_mb: float | None, nonce: str, mime: str, modules: tuple = (), record: bool = False,
+                   clean_stack: bool = True) -> None:
     """Evaluate one exercise in the grading kernel with the real checks opened, and display its verdict (and, for a
     recorded exercise, the learner's answers), tagged with the nonce, under the checks' MIME type."""
     from IPython.display import display
@@ -464,7 +961,9 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
     def send(data: dict) -> None:
         display({mime: data, "text/plain": f"[grader] exercise {exercise}: answers sent"}, raw=True)
 
-    recorder = Recorder(exercise, nonce, mime, send) if record else None
+    _quiet_learner_hooks()
+    recorder = (Recorder(exercise, nonce, mime, send, AnswerProcess(_learner_functions(namespace, call),
+                                                                     memory_limit_mb)) if record else None)
     try:
         with opened(list(modules)) as fresh:
             foreign_threads = fresh["utils.checks.core"].foreign_threads
@@ -474,7 +973,8 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
             scope = {**namespace, name: check} if check is not None else namespace
             verdict = evaluate(scope, exercise, points, call, hidden_path, memory_limit_mb,
                                on_part=recorder.on_part if recorder else None,
-                               prepare=recorder.prepare if recorder else None)
+                               prepare=recorder.prepare if recorder else
+                               _clean_stack_arguments if clean_stack else None)
             if recorder is not None:
                 recorder.flush()
             running = running or foreign_threads()
@@ -485,6 +985,9 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
     except (Exception, SystemExit) as exc:  # a grader cell must always answer
         verdict = {"exercise": exercise, "status": "error", "points": 0.0, "max_points": points,
                    "message": f"the check raised {type(exc).__name__}: {exc}"[:300]}
+    finally:
+        if recorder is not None:
+            recorder.answers.close()
     verdict["nonce"] = nonce
     verdict["kind"] = "verdict"
     text = f"[grader] Exercise {exercise}: {verdict['status']} ({verdict['points']:g}/{points:g}) {verdict['message']}"
@@ -499,12 +1002,21 @@ class ReplayError(Exception):
 
 
 def _raised(name: str, message: str) -> BaseException:
+    """The exception a recorded answer raised, made again from its name: a builtin one as itself, torch's
+    OutOfMemoryError as itself, any other as an Exception of that name."""
+    import builtins
+
     if name in ("NotImplementedError", "NotAnswered"):
         return NotImplementedError(message)
-    if name == "MemoryError":
-        return MemoryError(message)
     if name == "SystemExit":
         return SystemExit(message)
+    found = getattr(builtins, name, None)
+    if isinstance(found, type) and issubclass(found, Exception) and name not in ("KeyboardInterrupt",):
+        return found(message)
+    if name == "OutOfMemoryError":
+        import torch
+
+        return torch.OutOfMemoryError(message)
     return type(name if name.isidentifier() else "Error", (Exception,), {})(message)
 
 

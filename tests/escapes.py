@@ -92,3 +92,85 @@ def cheat_source(exercise: str, check: str) -> str | None:
         name, ref, escape = FUNCTIONS[exercise]
         parts.append(_ESCAPES[escape].format(check=check, ref=ref, name=name))
     return "\n".join(parts) or None
+
+# Review of issue 34, B1: answers that walk the interpreter's stack while a check calls them, and read the check's
+# expected value (1.1's `want`, 7.4's `budget`) or copy its reference with one more constant (another signature).
+# Graded, each must score 0: the learner's call runs where no frame or module holds a check
+# (tests/test_grade.py::test_answers_that_walk_the_stack_score_zero).
+_STACK = '''import inspect
+
+
+def _peek(name, *also):
+    for info in inspect.stack():
+        found = inspect.getargvalues(info.frame).locals
+        if name in found and all(a in found for a in also):
+            return found[name]
+    raise NotImplementedError("not under a check")
+
+
+def _ref(name):
+    for info in inspect.stack():
+        found = getattr(info.frame, "f_" + "globals")
+        if name in found:
+            return found[name]
+    raise NotImplementedError("not under a check")
+
+
+def _copy(f):
+    def fix(code):
+        consts = tuple(fix(c) if hasattr(c, "co_code") else c for c in code.co_consts) + ("x",)
+        return code.replace(co_consts=consts)
+    return type(f)(fix(getattr(f, "__co" + "de__")), getattr(f, "__glo" + "bals__"))
+
+
+'''
+STACK_WALK = {
+    "1.1": _STACK + '''def adam_state_bytes(model, batch, amsgrad):
+    return _peek("want")
+''',
+    "1.4": _STACK + '''def block_saved_bytes(batch, seq_len, d_model, n_head, attention, precision):
+    return _copy(_ref("parallel_block_formula"))(batch, seq_len, d_model, n_head, attention, precision)
+''',
+    "7.1": _STACK + '''def read_run(snapshots):
+    return _copy(_ref("run_truth"))(snapshots)
+''',
+    "7.4": _STACK + '''def plan_micro_batch(step, optimizer, effective, limit):
+    try:
+        budget = _peek("budget", "flaky")
+    except NotImplementedError:
+        step(1)
+        return 1, effective
+    fitting = [d for d in range(1, min(limit, budget) + 1) if effective % d == 0]
+    best = fitting[-1] if fitting else 0
+    above = next((d for d in range(best + 1, limit + 1) if effective % d == 0), None)
+
+    def trial(b):
+        try:
+            step(b)
+            return True
+        except torch.OutOfMemoryError:
+            return False
+        finally:
+            optimizer.zero_grad(set_to_none=True)
+
+    if best:
+        trial(best) or trial(best)
+    if above is not None:
+        trial(above)
+        trial(above)
+    if not best:
+        return 0, 0
+    return best, effective // best
+''',
+    "10.1": _STACK + '''def pipeline_stage(layer_bytes, n_layer, stages, micro_batches, schedule):
+    return _copy(_ref("reference_stage"))(layer_bytes, n_layer, stages, micro_batches, schedule)
+''',
+    "10.4": _STACK + '''def zero_traffic(n_params, grad_bytes, stage, n_gpus, micro_batches):
+    return _copy(_ref("reference_zero_traffic"))(n_params, grad_bytes, stage, n_gpus, micro_batches)
+''',
+}
+# Review of issue 34, B2: a prediction computed from the check's source loaded by a path, with a reasoning that says
+# it did not reason. Its value may earn the value's points (the source is open); the reasoning is listed, with its
+# text, for the instructor, who gives its point by hand.
+DENIED_REASONING = ("I did not reason at all: these bytes were read from the course's source, no tokens were "
+                    "counted.")

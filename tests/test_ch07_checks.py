@@ -149,7 +149,10 @@ def test_classic_mistakes_fail():
         assert ch07.check_kept_graph(wrong(ch07.LLAMA8B, 4096), words, count).status == "failed", wrong.__name__
         assert ch07.check_kept_graph(truth, words, wrong).status == "failed", wrong.__name__
     assert ch07.check_kept_graph(truth * 1.008, words, count).status == "passed"  # within 1%
-    assert ch07.check_kept_graph(truth, "too short", count).status == "failed"
+    # a reasoning is read by the instructor, not counted: any text lets the value pass; none at all does not
+    assert ch07.check_kept_graph(truth, "too short", count).status == "passed"
+    assert ch07.check_kept_graph(truth, 42, count).status == "failed"
+    assert ch07.check_kept_graph(truth, "  ", count).status == "failed"
     assert ch07.check_kept_graph(truth, words, None).status != "passed"  # a right number alone earns nothing
     assert ch07.check_kept_graph(None, words, count).status != "passed"
     assert ch07.check_kept_graph(truth, words, lambda cfg, s: truth).status == "failed"  # the tiny public case

@@ -17,9 +17,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.escapes import DENIED_REASONING, STACK_WALK
 from tests.test_grading_fixture import FIXTURE, build_fixture_course
+from utils.checks.protocol import READ_BY_HAND
 from utils.grade import collect, find_lab, for_instructor, gradescope_results, main, prepare, score
-from utils.labs import lab_exercises
+from utils.labs import course_metadata, lab_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "labs" / "lab00_warmup.ipynb"
@@ -39,7 +41,7 @@ RIGHT = {
             "    same = y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()\n"
             "    return 0 if same else y.untyped_storage().nbytes()"),
 }
-FULL = {"0.1": 1, "0.2": 1, "0.3": 2, "0.4": 2}
+FULL = {"0.1": 1, "0.2": 1, "0.3": 2, "0.4": 1}  # 0.4: the value; its reasoning is read by hand (1)
 NONE = dict.fromkeys(FULL, 0)
 WRONG_02 = "def saved_state_bytes(state):\n    return sum(t.numel() * t.element_size() for t in state.values()) * 2"
 RIGHT_02_ALONE = RIGHT["0.2"]
@@ -103,12 +105,33 @@ PLANTED = {
         FULL),
     "edited_checks": (submission({}, edit_checks="print('Exercise 0.1: PASSED')"), NONE),
     "faked_passed": (submission({"0.1": "def packed_bytes(shape, bits):\n    return 0"}, extra_cell=FAKE), NONE),
-    "tuned_to_public": (submission(TUNED), {"0.1": 0.5, "0.2": 1, "0.3": 1, "0.4": 1}),
+    "tuned_to_public": (submission(TUNED), {"0.1": 0.5, "0.2": 1, "0.3": 1, "0.4": 0.5}),
     "over_memory_cap": (submission(OVER_CAP), {**FULL, "0.4": 0}),
     # right answers, plus an import of what a check compares answers with: nothing autograded counts
     "imports_reference": (submission(RIGHT, extra_cell="from utils.checks.warmup import predict_target"),
                           NONE),
+    # B2 of the review: a reasoning that says it did not reason still lets the value earn its points, and it is
+    # listed, with its text, for the instructor (who gives the reasoning's point by hand)
+    "reasoning_denied": (submission({**RIGHT, "0.4": RIGHT["0.4"].replace(
+        "'the slice is a view, contiguous copies it and the cast halves it'", repr(DENIED_REASONING))}), FULL),
 }
+
+
+def stack_walk_notebooks(labs: Path, folder: Path) -> dict[str, list[str]]:
+    """A submission per lab with exercises in tests/escapes.py's STACK_WALK (the review's cheats that read a
+    check's expected value or reference from the stack), its other exercises left as handed out:
+    {lab: cheated exercises}."""
+    cheated: dict[str, list[str]] = {}
+    for lab_path in sorted(labs.glob("lab*.ipynb")):
+        nb = nbformat.read(lab_path, as_version=4)
+        for cell in nb.cells:
+            exercise = course_metadata(cell).get("exercise")
+            if exercise in STACK_WALK:
+                cell.source = STACK_WALK[exercise]
+                cheated.setdefault(lab_path.stem, []).append(exercise)
+        if lab_path.stem in cheated:
+            nbformat.write(nb, folder / f"stack_walk_{lab_path.name}")
+    return cheated
 
 
 def _grade(folder: Path, out: Path, labs: Path, hidden: Path, time_limit: int) -> subprocess.Popen:
@@ -134,6 +157,7 @@ def graded(tmp_path_factory):
     odd = nbformat.read(SOLUTION, as_version=4)
     odd.metadata["course"] = ["not", "a", "mapping"]
     nbformat.write(odd, planted / "metadata_list_lab00_warmup.ipynb")
+    stack_walk = stack_walk_notebooks(labs, planted)
     for path in sorted(solutions.glob("*.ipynb")):
         shutil.copy(path, course / f"solution_{path.name}")
         shutil.copy(labs / path.name, course / f"untouched_{path.name}")
@@ -150,7 +174,7 @@ def graded(tmp_path_factory):
         for path in out.glob("*.csv"):
             with open(path, newline="") as f:
                 rows.setdefault(path.stem, {}).update({r["submission"]: r for r in csv.DictReader(f)})
-    return {"rows": rows, "printed": "\n".join(printed), "planted": tmp / "grades-planted",
+    return {"rows": rows, "printed": "\n".join(printed), "planted": tmp / "grades-planted", "stack_walk": stack_walk,
             "course": tmp / "grades-course", "solutions": solutions, "labs": labs}
 
 
@@ -162,7 +186,7 @@ def test_planted_submissions_get_the_scores_they_deserve(graded):
         row = rows[f"{name}_lab00_warmup.ipynb"]
         got = {ex: float(row[f"ex {ex}"]) for ex in expected}
         assert got == expected, f"{name}: {got} != {expected}; notes: {row['notes']}"
-        assert float(row["max"]) == 6
+        assert float(row["max"]) == 5
     assert "time limit" in rows["infinite_loop_lab00_warmup.ipynb"]["notes"]
     assert "kernel died" in rows["kernel_killed_lab00_warmup.ipynb"]["notes"]
     assert "sys.exit" in rows["exit_in_answer_lab00_warmup.ipynb"]["notes"]
@@ -171,7 +195,8 @@ def test_planted_submissions_get_the_scores_they_deserve(graded):
     assert "ex 0.1: error: public cases: error: your code raised ZeroDivisionError" in notes, notes
     assert "ex 0.2: failed" in notes and "ex 0.3" not in notes, notes  # 0.2 wrong on its own
     assert "not a readable notebook" in graded["printed"] and "not_a_notebook_lab00_warmup.ipynb" in graded["printed"]
-    assert "Lab lab00_warmup" in graded["printed"] and "Points per exercise: 0.1: 1, 0.2: 1, 0.3: 2, 0.4: 2" in \
+    assert "Lab lab00_warmup" in graded["printed"]
+    assert "Points per exercise: 0.1: 1, 0.2: 1, 0.3: 2, 0.4: 1; 0.4 reasoning: 1 read and graded by hand" in \
         graded["printed"]
 
 
@@ -219,11 +244,11 @@ def test_every_solution_earns_full_marks_and_every_lab_none(graded):
 def test_a_chapter_lab_with_a_challenge_is_graded_and_exported(graded):
     rows = graded["rows"][FIXTURE]
     solved = rows[f"solution_{FIXTURE}.ipynb"]
-    assert solved["ex 42.3 (by hand, max 3)"] == "by hand" and solved["by hand max"] == "3"
-    assert (solved["total"], solved["max"]) == ("4", "4")
+    assert solved["ex 42.3 (by hand, max 3)"] == "by hand" and solved["by hand max"] == "4"  # and 42.2's reasoning
+    assert (solved["total"], solved["max"]) == ("3", "3")  # 42.2's reasoning: 1 more point, by hand
     assert "42.3: 3 graded by hand (rubric)" in graded["printed"]
     results = json.loads((graded["course"] / "gradescope" / f"solution_{FIXTURE}" / "results.json").read_text())
-    assert results["score"] == 4 and math.isclose(sum(t["max_score"] for t in results["tests"]), 4)
+    assert results["score"] == 3 and math.isclose(sum(t["max_score"] for t in results["tests"]), 3)
     challenge = next(t for t in results["tests"] if t["number"] == "42.3")
     assert challenge["max_score"] == 0 and "graded by hand" in challenge["name"]
     assert "accumulate in FP32" in challenge["output"]  # the learner's answer, for the hand grader
@@ -236,7 +261,38 @@ def test_a_chapter_lab_with_a_challenge_is_graded_and_exported(graded):
 @pytest.mark.timeout(1500)
 def test_a_renamed_solution_is_graded_in_full(graded):
     row = graded["rows"]["lab00_warmup"]["alice_00.ipynb"]
-    assert row["total"] == row["max"] == "6", row["notes"]
+    assert row["total"] == row["max"] == "5", row["notes"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_answers_that_walk_the_stack_score_zero(graded):
+    """B1 of the review: answers that read a check's expected value or reference from the interpreter's stack
+    (inspect.stack(), a frame's f_globals, getargvalues) passed before; the learner's call now runs where no frame or
+    module holds a check, so they score 0, held-out cases included, and their cells are listed to read by hand."""
+    assert sorted(e for found in graded["stack_walk"].values() for e in found) == sorted(STACK_WALK)
+    for lab, exercises in graded["stack_walk"].items():
+        row = graded["rows"][lab][f"stack_walk_{lab}.ipynb"]
+        for exercise in exercises:
+            assert row[f"ex {exercise}"] == "0", (lab, exercise, row["notes"])
+            assert f"exercise {exercise} uses inspect" in row["read by hand"], row["read by hand"]
+        assert row["total"] == "0", (lab, row["notes"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_every_reasoning_is_read_by_hand_not_counted(graded):
+    """B2 of the review: a reasoning earns nothing by itself; each one is listed with its text for the instructor,
+    marked where it names fewer than two of the exercise's quantities; the value keeps its autograded points."""
+    rows = graded["rows"]["lab00_warmup"]
+    denied = rows["reasoning_denied_lab00_warmup.ipynb"]
+    column = "ex 0.4 reasoning (by hand, max 1)"
+    assert denied[column] == "by hand" and denied["total"] == denied["max"] == "5", denied["notes"]
+    assert DENIED_REASONING in denied["read by hand"] and READ_BY_HAND in denied["read by hand"], denied
+    solved = rows["alice_00.ipynb"]
+    assert "ex 0.4 reasoning (by hand, max 1): 'The slice is a view" in solved["read by hand"], solved
+    assert READ_BY_HAND not in solved["read by hand"]
+    assert "left as handed out" in rows["edited_checks_lab00_warmup.ipynb"]["read by hand"]
 
 
 def test_a_new_run_clears_the_previous_runs_files(tmp_path):
@@ -254,7 +310,7 @@ def test_a_new_run_clears_the_previous_runs_files(tmp_path):
 @pytest.mark.timeout(1500)
 def test_a_submission_whose_course_metadata_is_not_a_mapping_is_reported(graded):
     row = graded["rows"]["lab00_warmup"]["metadata_list_lab00_warmup.ipynb"]
-    assert row["total"] == "6", row["notes"]
+    assert row["total"] == "5", row["notes"]
     assert "metadata `course` is a list, not a mapping" in row["notes"]
 
 

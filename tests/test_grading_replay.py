@@ -40,7 +40,10 @@ def _runner():
 def _record_and_replay(runner, ns: dict, exercise, hidden: str | None, modules: tuple) -> tuple[dict, dict]:
     """The kernel's run with recorders (its verdict) and the grader's replay on what it sent (its verdict)."""
     sent: list[dict] = []
-    recorder = runner.Recorder(exercise.id, "n", "m", sent.append)
+    # an IN_KERNEL exercise's answers are recorded in this process (what its code does to its arguments stays here,
+    # as in the grading kernel, which calls it in a thread of the kernel); the others' in forks, as in grading
+    answers = runner.AnswerProcess({}, None, fork=exercise.id not in IN_KERNEL)
+    recorder = runner.Recorder(exercise.id, "n", "m", sent.append, answers)
     kernel = runner.evaluate(dict(ns), exercise.id, exercise.points, exercise.check, hidden, None,
                              on_part=recorder.on_part, prepare=recorder.prepare)
     recorder.flush()

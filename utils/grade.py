@@ -7,19 +7,24 @@ gives stand-ins with no reference, truth function or expected value in their glo
 cell opens the real checks fresh from disk, runs the lab's check call with the learner's arguments (the PUBLIC
 cases), then the held-out cases `HIDDEN[exercise]` of grading/hidden/chNN.py (loaded by file path: never
 importable from a lab), under the exercise's memory cap where it has one (`memory_limit_mb`). For every exercise
-but those in IN_KERNEL, the kernel only PRODUCES ANSWERS there: each call of the learner's functions is recorded
-as plain data and sent to this process, which runs the same checks on them (`score`, `combine`): a part earns its
-points only where that comparison passed and the kernel found nothing against it (a call to a reference, a memory
-cap, a thread of the learner's). The grader reads only what its own cells display under the checks' MIME type,
-tagged with a nonce of this run. So printing "PASSED", editing or deleting a check cell, replacing a check
-function or reading a check's globals earns nothing. A submission that raises, loops, exits, kills its kernel or
-prints megabytes gets 0 for what did not pass, with the reason, and the run goes on.
+but those in IN_KERNEL, the kernel only PRODUCES ANSWERS there, and the learner's code never runs in the process
+that holds the check: each call of the learner's functions is answered by another process (a fork of the kernel
+made before the checks open, or one that clears its stack and the check modules first: grading/runner.py),
+recorded as plain data and sent to this process, which runs the same checks on them (`score`, `combine`): a part
+earns its points only where that comparison passed and the kernel found nothing against it (a call to a reference,
+a memory cap, a thread of the learner's). An IN_KERNEL exercise's learner call runs in a thread of its own, on a
+stack that holds no frame of the check (but SAME_THREAD's). The grader reads only what its own cells display
+under the checks' MIME type, tagged with a nonce of this run. So printing "PASSED", editing or deleting a check
+cell, replacing a check function or reading a check's globals earns nothing. A submission that raises, loops,
+exits, kills its kernel or prints megabytes gets 0 for what did not pass, with the reason, and the run goes on.
 
 Points come from the lab's metadata: with held-out cases, the public cases earn half of an exercise's points and
-the held-out cases the other half; an answer over its memory cap scores 0. Open challenges are listed with their
-points as graded by hand (rubric). Output: a table per lab, one CSV per lab (with a "read by hand" column: each
-reasoning the check could not place, each answer cell naming a check's internals), and Gradescope's results.json
-per submission (`--results-json FILE` for the one submission of a Gradescope run).
+the held-out cases the other half; an answer over its memory cap scores 0. A prediction's reasoning is read, not
+counted: of an exercise with one, REASONING_POINTS are given by hand. Open challenges are listed with their points
+as graded by hand (rubric). Output: a table per lab, one CSV per lab (with a "read by hand" column: every
+reasoning with its text, marked where it names fewer than two of the exercise's quantities, and each answer cell
+naming a check's internals or the interpreter's frames), and Gradescope's results.json per submission
+(`--results-json FILE` for the one submission of a Gradescope run).
 
 Grading executes the submitted code: run it in a container or sandbox, never with your credentials
 (docs/instructors.md shows a `docker run --network none` line).
@@ -49,7 +54,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
-from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, STRICT_ENV
+from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, REASONING_POINTS, STRICT_ENV, named_quantities
 from utils.kernels import notebook_client_config
 from utils.labs import (
     HIDDEN_DIR,
@@ -191,6 +196,41 @@ IN_KERNEL = {
 }
 
 
+def reasoning_key(exercise: Exercise) -> str | None:
+    """The argument key ("0", "1"... or a keyword) under which an exercise's check call hands over the learner's
+    `reasoning`, or None where the exercise asks for none."""
+    if not exercise.check:
+        return None
+    _, args, kwargs = parse_check_call(exercise.check)
+    if "reasoning" in args:
+        return str(args.index("reasoning"))
+    return next((k for k, v in kwargs.items() if v == "reasoning"), None)
+
+
+def autograded_points(exercise: Exercise) -> float:
+    """What the autograder can give an exercise: all its points, but for the REASONING_POINTS of a reasoning,
+    which the instructor gives by hand after reading it (a reasoning is read, not counted)."""
+    return exercise.points - REASONING_POINTS if reasoning_key(exercise) is not None else exercise.points
+
+
+def reasoning_note(exercise: str, text: object) -> str:
+    """The read-by-hand line of one reasoning: its text, and whether it names the exercise's quantities."""
+    if text is Ellipsis:
+        return "the reasoning was left as handed out (`...`)"
+    if not isinstance(text, str) or not text.strip():
+        return "no reasoning reached the grader (the exercise cell did not run, or it is not a string)"
+    named = named_quantities(text, exercise)
+    mark = (f"it {READ_BY_HAND} (it names {', '.join(named) or 'none of them'})" if len(named) < 2
+            else f"it names {', '.join(named)}")
+    return f"{text[:2000]!r}: {mark}"
+
+
+# The IN_KERNEL exercises whose check must see the learner's call in its own thread (it measures that thread's
+# work): their call runs on the check's stack. Every other IN_KERNEL call runs in a thread of its own, on a stack
+# with no frame of the check (grading/runner.py: on_clean_stack).
+SAME_THREAD = {"9.3": "the check measures the peak of the run in the calling thread"}
+
+
 def lab_check_imports(lab: NotebookNode) -> dict[str, list[str]]:
     """{module: names} the lab imports from its check modules: the ones the seal replaces (utils.labs.check_imports,
     the same reading the lab generator does)."""
@@ -215,10 +255,11 @@ def _grader_cell_source(modules: list[str], exercise: Exercise, hidden: Path | N
     parse_check_call(exercise.check or "")  # the lab was validated; this keeps a hand-made lab honest
     return "\n".join([
         _load_runner(),
-        f"_grader_runner.grade_exercise(globals(), exercise={exercise.id!r}, points={exercise.points!r}, "
+        f"_grader_runner.grade_exercise(globals(), exercise={exercise.id!r}, points={autograded_points(exercise)!r}, "
         f"call={exercise.check!r}, hidden_path={str(hidden) if hidden and hidden.exists() else None!r}, "
         f"memory_limit_mb={exercise.memory_limit_mb!r}, nonce={nonce!r}, mime={CHECK_MIME!r}, "
-        f"modules={tuple(modules)!r}, record={exercise.id not in IN_KERNEL!r})",
+        f"modules={tuple(modules)!r}, record={exercise.id not in IN_KERNEL!r}, "
+        f"clean_stack={exercise.id not in SAME_THREAD!r})",
         "del _grader_runner, _grader_spec, _grader_iu",
     ])
 
@@ -396,15 +437,23 @@ def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], no
     found: dict[str, ExerciseScore] = {}
     by_id = {e.id: e for e in exercises}
     runner = None
+    reasonings: dict[str, ExerciseScore] = {}
     for cell in nb.cells:
         exercise = owned.get(cell.get("id"))
         if not exercise:
             continue
         outputs = cell.get("outputs", [])
+        key = reasoning_key(by_id[exercise])
+        if key is not None:
+            sent = (answers_sent(outputs, exercise, nonce)[0] or {}).get(key)
+            text = sent.get("value") if isinstance(sent, Mapping) else None
+            text = Ellipsis if isinstance(text, Mapping) and text.get("ellipsis") else text
+            reasonings[exercise] = ExerciseScore(f"{exercise} reasoning", 0.0, REASONING_POINTS, BY_HAND,
+                                                 reasoning_note(exercise, text), by_hand=True)
         verdicts = [o["data"][CHECK_MIME] for o in outputs if CHECK_MIME in o.get("data", {})]
         ours = [v for v in verdicts if isinstance(v, Mapping) and v.get("exercise") == exercise
                 and v.get("nonce") == nonce and v.get("kind", "verdict") == "verdict" and "status" in v]
-        max_points = by_id[exercise].points
+        max_points = autograded_points(by_id[exercise])
         if len(ours) > 1:  # the grader's cell displays one verdict: another is a forgery of the learner's code
             found[exercise] = ExerciseScore(exercise, 0.0, max_points, "failed", "the cell showed more than one "
                                             "verdict: the learner's code displayed one of its own")
@@ -442,8 +491,20 @@ def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], no
         reason = (f"the check cell raised {errors[0]['ename']}: {errors[0]['evalue']}"[:300] if errors
                   else "the check did not run (an earlier cell stopped the notebook)")
         found[exercise] = ExerciseScore(exercise, 0.0, max_points, "error", reason)
-    return [_hand(e) if e.by_hand else found.get(e.id, ExerciseScore(e.id, 0.0, e.points, "error", "no check ran"))
-            for e in exercises]
+    scores = []
+    for e in exercises:
+        if e.by_hand:
+            scores.append(_hand(e))
+            continue
+        scores.append(found.get(e.id, ExerciseScore(e.id, 0.0, autograded_points(e), "error", "no check ran")))
+        if reasoning_key(e) is not None:
+            scores.append(reasonings.get(e.id, _reasoning_unread(e)))
+    return scores
+
+
+def _reasoning_unread(e: Exercise) -> ExerciseScore:
+    return ExerciseScore(f"{e.id} reasoning", 0.0, REASONING_POINTS, BY_HAND, reasoning_note(e.id, None),
+                         by_hand=True)
 
 
 def _challenge_answers(submission: NotebookNode, lab: NotebookNode, exercises: list[Exercise]) -> dict[str, str]:
@@ -497,13 +558,19 @@ def reference_imports(submission: NotebookNode, lab: NotebookNode) -> list[str]:
     return sorted(_grading_imports(submission) - _grading_imports(lab) - offered)
 
 
-# What an honest answer has no use for: a function's globals or code, the profile and trace hooks, building a
-# function from a code object, reading the interpreter's frames or object graph, or loading a file as a module.
-# Each answer cell that names one is listed in the grade notes for the instructor to read.
-INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "setprofile", "settrace", "getprofile",
-             "gettrace", "FunctionType", "CodeType", "_getframe", "currentframe", "f_back", "f_globals", "f_locals",
-             "_current_frames", "get_referents", "get_referrers", "get_objects", "spec_from_file_location",
-             "SourceFileLoader", "run_path", "ctypes", "meta_path", "sys.modules")
+# What an honest answer has no use for: a function's globals, code or closure, the profile and trace hooks,
+# building a function from a code object, reading the interpreter's frames (inspect, sys._getframe, a frame's or a
+# traceback's, generator's or coroutine's frame attributes) or object graph, or loading a file as a module. Each
+# answer cell that names one, or reads an attribute by a computed name (getattr(x, "f_" + "globals")), is listed
+# in the grade notes for the instructor to read. A list of names is a prompt for a reader, not a proof: the
+# grading itself does not rely on it (the learner's code runs where no check is, grading/runner.py).
+INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "__self__", "cell_contents", "setprofile",
+             "settrace", "getprofile", "gettrace", "FunctionType", "CodeType", "_getframe", "currentframe", "f_back",
+             "f_globals", "f_locals", "f_code", "tb_frame", "tb_next", "gi_frame", "cr_frame", "ag_frame", "inspect",
+             "getargvalues", "_current_frames", "get_referents", "get_referrers", "get_objects",
+             "spec_from_file_location", "SourceFileLoader", "run_path", "ctypes", "meta_path", "sys.modules")
+COMPUTED_GETATTR = "getattr with a computed attribute name"
+RUNS_SOURCE = ("exec", "eval", "compile", "__import__")  # called by their builtin names: code run from a string
 
 
 COURSE_PATHS = ("utils/checks", "grading/hidden", "grading/runner")  # a check's source read or loaded by its path
@@ -535,6 +602,13 @@ def internals_used(submission: NotebookNode) -> list[str]:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names = [node.value]
             found += [n for n in names if n in INTERNALS and n not in found]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in RUNS_SOURCE \
+                    and node.func.id not in found:
+                found.append(node.func.id)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+                    and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant) \
+                    and COMPUTED_GETATTR not in found:
+                found.append(COMPUTED_GETATTR)
             path_like = isinstance(node, ast.Constant) and isinstance(node.value, str)
             if path_like and "a path into the checks" not in found \
                     and any(part in node.value.replace("\\", "/") for part in COURSE_PATHS):
@@ -542,8 +616,8 @@ def internals_used(submission: NotebookNode) -> list[str]:
         if found:
             exercise = _course(cell).get("exercise")
             where = f"the answer cell of exercise {exercise}" if isinstance(exercise, str) else f"code cell {index}"
-            lines.append(f"read by hand: {where} uses {', '.join(found)} (a check's internals or the watch on the "
-                         "learner's calls; an honest answer has no use for them)")
+            lines.append(f"read by hand: {where} uses {', '.join(found)} (a check's internals, the interpreter's "
+                         "frames or the watch on the learner's calls; an honest answer has no use for them)")
     return lines
 
 
@@ -610,9 +684,12 @@ def _zeroed(path: Path, labs_dir: Path, reason: str) -> SubmissionScore:
         exercises = lab_exercises(lab, name)
     except Exception:
         return SubmissionScore(path.name, "?", notes=[reason])
-    return SubmissionScore(path.name, name, [_hand(e) if e.by_hand else ExerciseScore(e.id, 0.0, e.points, "error",
-                                                                                      reason) for e in exercises],
-                           [reason])
+    scores = []
+    for e in exercises:
+        scores.append(_hand(e) if e.by_hand else ExerciseScore(e.id, 0.0, autograded_points(e), "error", reason))
+        if not e.by_hand and reasoning_key(e) is not None:
+            scores.append(_reasoning_unread(e))
+    return SubmissionScore(path.name, name, scores, [reason])
 
 
 def collect(paths: list[Path]) -> list[Path]:
@@ -632,7 +709,9 @@ def collect(paths: list[Path]) -> list[Path]:
 
 
 def _sort_key(exercise: str) -> list[int]:
-    return [int(p) if p.isdigit() else 0 for p in exercise.split(".")]
+    """An exercise id's place: "1.10" after "1.9", and "1.3 reasoning" right after "1.3"."""
+    number, _, rest = exercise.partition(" ")
+    return [int(p) if p.isdigit() else 0 for p in number.split(".")] + [1 if rest else 0]
 
 
 # What a check tells the learner to do next (utils/checks/core.py); the instructor's summary and CSV say what was
@@ -652,10 +731,11 @@ def _lost(s: SubmissionScore) -> list[str]:
 
 
 def read_by_hand(s: SubmissionScore) -> list[str]:
-    """What the instructor should read in a submission: each reasoning the check could not place (it names none of
-    the exercise's quantities: points are not given silently, nor taken without a reader), and each answer cell
-    that reaches into a check's internals."""
-    lines = [f"ex {e.exercise}: {e.reason}" for e in s.exercises if READ_BY_HAND in e.reason]
+    """What the instructor should read in a submission: every reasoning, with its text (its point is given by hand;
+    one that names fewer than two of the exercise's quantities is marked so), and each answer cell that reaches
+    into a check's internals or the interpreter's frames."""
+    lines = [f"ex {e.exercise} (by hand, max {e.max_points:g}): {e.reason}" for e in s.exercises
+             if e.exercise.endswith(" reasoning")]
     return lines + [n for n in s.notes if n.startswith("read by hand:")]
 
 
@@ -679,7 +759,8 @@ def report(scores: list[SubmissionScore], csv_dir: Path) -> str:
         text.append(f"Lab {lab}\n" + format_table(rows, headers))
         maxima = {e.exercise: e.max_points for s in group for e in s.exercises if not e.by_hand}
         text.append("Points per exercise: " + ", ".join(f"{e}: {maxima[e]:g}" for e in auto)
-                    + "".join(f"; {e}: {hand_max[e]:g} {BY_HAND}" for e in hand))
+                    + "".join(f"; {e}: {hand_max[e]:g} " + ("read and graded by hand" if e.endswith(" reasoning")
+                                                              else BY_HAND) for e in hand))
         reasons = [f"- {s.submission}, {line}" for s in group for line in _lost(s)] + [
             f"- {s.submission}: {n}" for s in group for n in s.notes]
         if reasons:
@@ -701,6 +782,13 @@ def gradescope_results(s: SubmissionScore, execution_time_s: float | None = None
     with score and max_score; a challenge appears with max_score 0, to be graded by hand in Gradescope."""
     tests = []
     for e in s.exercises:
+        if e.by_hand and e.exercise.endswith(" reasoning"):
+            tests.append({"name": f"Exercise {e.exercise}: read by the instructor", "number": e.exercise,
+                          "score": 0.0, "max_score": 0.0, "visibility": "visible",
+                          "output": f"Worth {e.max_points:g} point, given by hand to a reasoning that says how the "
+                                    f"prediction follows from the exercise's quantities. The learner's reasoning: "
+                                    f"{e.reason}"})
+            continue
         if e.by_hand:
             answer = s.answers.get(e.exercise, "")
             tests.append({"name": f"Exercise {e.exercise}: open challenge, {BY_HAND}", "number": e.exercise,

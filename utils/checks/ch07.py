@@ -370,9 +370,9 @@ def expect_micro_batch_plans(plan_micro_batch: Callable, cases: Sequence[tuple[i
         trainer = BudgetedTrainer(budget, phase, flaky=flaky)
         got = plan_micro_batch(trainer.step, trainer.optimizer, effective, limit)
         gc.collect()
-        what = (f"plan_micro_batch(step, optimizer, effective={effective}, limit={limit}) with the step running out "
-                f"of memory above batch {budget} (in {phase})" + (f", batch {sorted(flaky)} failing once" if flaky
-                                                                   else ""))
+        what = (f"plan_micro_batch(step, optimizer, effective={effective}, limit={limit}) with the step raising "
+                f"OutOfMemoryError above batch {budget} (in {phase})"
+                + (f", batch {sorted(flaky)} failing once" if flaky else ""))
         expect_equal(got, micro_plan_truth(budget, effective, limit), what,
                      hint="the candidates are the divisors of the effective batch up to the limit: bisect over that "
                      "list; catch torch.OutOfMemoryError only, and try a size that failed once more (after "

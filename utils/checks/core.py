@@ -15,7 +15,6 @@ import html
 import inspect
 import os
 import random
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from typing import Any
 import torch
 
 from utils.checks.not_run import install_not_run_handler
-from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, STRICT_ENV
+from utils.checks.protocol import CHECK_MIME, REASONING_TERMS, STRICT_ENV
 from utils.checks.wire import Unplain, plain
 from utils.validate import check_number
 
@@ -144,10 +143,14 @@ def _codes(target: Any) -> set[Any]:
     return found
 
 
+def _top_code(code: Any) -> bool:
+    """Whether a code object is a named function or method's own (not a lambda, comprehension or inner function)."""
+    return not code.co_name.startswith("<") and "<locals>" not in getattr(code, "co_qualname", "")
+
+
 def _top_codes(targets: tuple) -> set[Any]:
     """The code objects of the targets' own named functions and methods (not what is nested in them)."""
-    return {c for t in targets if not inspect.isbuiltin(t) for c in _codes(t)
-            if not c.co_name.startswith("<") and "<locals>" not in getattr(c, "co_qualname", "")}
+    return {c for t in targets if not inspect.isbuiltin(t) for c in _codes(t) if _top_code(c)}
 
 
 def _nested(code: Any) -> set[Any]:
@@ -170,6 +173,28 @@ def signature(code: Any) -> tuple | None:
         return None
     consts = tuple(signature(c) if inspect.iscode(c) else repr(c) for c in code.co_consts)
     return (code.co_code, code.co_names, consts)
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What an `own_work` block watches (its targets, dtypes, modules and code objects) and what it found so far."""
+
+    targets: tuple
+    dtypes: tuple
+    modules: tuple
+    codes: frozenset
+    hits: list
+
+
+WATCHING: list[Watch] = []  # the own_work blocks running now, innermost last
+
+
+def _signature_of(code: Any, seen: dict[int, tuple]) -> tuple | None:
+    """signature(code), computed once per code object (kept alive in `seen`, so its id is not reused)."""
+    found = seen.get(id(code))
+    if found is None:
+        found = seen[id(code)] = (code, signature(code))
+    return found[1]
 
 
 # What a learner's call may not do while a check watches it: switch the watch off or start threads it cannot see.
@@ -236,8 +261,8 @@ def _module_of(code: Any) -> str:
 
 
 @contextlib.contextmanager
-def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = (), what: str = ""
-             ) -> Iterator[None]:
+def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = (), what: str = "",
+             codes: tuple[Any, ...] = ()) -> Iterator[None]:
     """Fail the check when the code run inside the block calls any of `targets` (Python functions or classes, or
     builtins such as struct.unpack), a copy of one of them (the same bytecode under another name or code object),
     any torch function with one of `dtypes` as an argument, or anything of the packages named in `modules` (e.g.
@@ -249,19 +274,26 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     the hook off (sys.setprofile, sys.settrace), starts a thread outside `threading`, or when a thread of the
     learner's (a pool left running) is alive as the block starts: such a thread could run the reference unseen.
     A submission that hands back the reference's answer by calling it earns nothing. Wrap only the learner's calls.
+
+    `codes`: more code objects to watch (and to match copies of), for a process that has the targets' code but not
+    the targets (the grading kernel's answer process, grading/runner.py). While the block runs, WATCHING holds what
+    it watches and what it found, so that a learner's call made in another process can be watched alike.
     """
     builtins = {id(t) for t in targets if inspect.isbuiltin(t)}
     # a C type's method (struct.Struct.unpack): every bound copy of it, on any instance of the type
     methods = {(t.__objclass__, t.__name__) for t in targets if inspect.ismethoddescriptor(t)}
-    codes: set[Any] = set().union(*(_codes(t) for t in targets
+    extra = set().union(*(_nested(c) for c in codes)) if codes else set()
+    codes: set[Any] = extra.union(*(_codes(t) for t in targets
                                     if not inspect.isbuiltin(t) and not inspect.ismethoddescriptor(t)))
     if not codes and not builtins and not methods and not dtypes and not modules:
         raise ValueError("own_work needs a Python function, a class, a builtin, a dtype or a module to watch")
     # copies are matched on the targets' own functions (a lambda or a generator expression is too short and too
     # common to tell apart from the learner's; a copied function still runs the originals' nested code objects)
-    signatures = {s for s in map(signature, _top_codes(targets)) if s is not None}
+    signatures = {s for s in map(signature, _top_codes(targets) | {c for c in extra if _top_code(c)})
+                  if s is not None}
     folders = tuple(f"/{m.replace('.', '/')}/" for m in modules)
     hits: list[str] = []
+    seen: dict[int, tuple] = {}  # id(code) -> (code, its signature): each code object's signature computed once
     previous = sys.getprofile()
     previous_thread_hook = getattr(threading, "_profile_hook", None)
     start_thread = threading.Thread.start.__code__
@@ -270,7 +302,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
         if not hits:
             if event == "call":
                 code = frame.f_code
-                if code in codes or (signatures and signature(code) in signatures):
+                if code in codes or (signatures and _signature_of(code, seen) in signatures):
                     hits.append(f"a call to {getattr(code, 'co_qualname', code.co_name)}")
                 elif folders and any(f in _module_of(code) for f in folders):
                     hits.append(f"a call to {code.co_name} of {modules[0]}")
@@ -295,6 +327,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     if running:
         hits.append(f"a thread of your code ({running[0]}) running while the check calls your answer (a thread's "
                     "calls are not watched: shut your thread pools down, or do the work in the calling thread)")
+    WATCHING.append(Watch(targets, tuple(dtypes), tuple(modules), frozenset(codes), hits))
     threading.setprofile(profile)
     sys.setprofile(profile)
     try:
@@ -305,6 +338,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     finally:
         replaced = sys.getprofile() is not profile
         sys.setprofile(previous)
+        WATCHING.pop()
         threading.setprofile(previous_thread_hook)
     if replaced and not hits:
         hits.append("a replaced profile hook (switching off the check's watch)")
@@ -343,60 +377,18 @@ def answered(value: Any, name: str) -> Any:
     return value
 
 
-# The quantities each prediction reasons with, in the exercise's own terms: a reasoning must name at least two of
-# them (a pattern each, case-insensitive). One that names none (a sentence about anything, "I read it from the
-# check") is refused, and the grader lists it for the instructor to read by hand.
-REASONING_TERMS: dict[str, dict[str, str]] = {
-    "0.4": {"view": r"\bview|slice", "copy": r"cop(y|ies)|contiguous", "bytes": r"\bbytes?\b|\bB\b",
-            "element size or dtype": r"element|fp32|float32|bf16|bfloat16|dtype", "storage": r"storage|alive|keeps"},
-    "1.3": {"LayerNorm": r"layer ?norm|\bnorm\b", "Linear inputs": r"linear|qkv|q/k/v|fc1|fc2|input",
-            "tokens": r"token|seq|2,?048", "parallel layout": r"parallel|one layer ?norm|shared|same storage|both",
-            "bytes per element": r"bytes?|fp32|float32|\b4 ?b\b",
-            "attention": r"attention|sdpa|softmax|log-?sum-?exp", "GELU": r"gelu|4d|4 ?x ?d|mlp",
-            "width": r"d_model|width|4,?096|hidden"},
-    "2.4": {"amax": r"amax|max(imum)?\b", "standard deviations": r"standard deviation|\bsd\b|sigma|std|σ",
-            "scaling": r"scal(e|ing)", "flush to zero": r"flush|underflow|zero|subnormal",
-            "E4M3": r"e4m3|fp8", "Gaussian density": r"gaussian|normal|density|cdf",
-            "weights": r"weight|tensor|matri(x|ces)|linear"},
-    "3.1": {"overflow": r"overflow|65,?504|inf", "underflow": r"underflow|flush|subnormal|zero",
-            "gradients": r"gradient", "loss scale": r"scale",
-            "standard deviations": r"standard deviation|\bsd\b|sigma|σ",
-            "binades": r"log2|binade|exponent|2\^", "fraction": r"fraction|percent|%|share"},
-    "4.2": {"weights": r"weight|parameter", "gradients": r"gradient", "optimizer states": r"moment|adam|optimi[sz]er",
-            "master copy": r"master|fp32|float32", "BF16": r"bf16|bfloat16|half", "bytes": r"bytes?|gib|\bb/"},
-    "5.2": {"segments": r"segment", "square root": r"sqrt|square root|√", "blocks": r"block|layer",
-            "saved activations": r"sav(e|ed|es)|activation|input", "peak": r"peak|memory",
-            "recomputation": r"recompute|checkpoint"},
-    "6.2": {"eps": r"eps|epsilon", "accumulation steps": r"\bk\b|accumulat|micro-?batch",
-            "gradient": r"gradient|\|g\||\bg\b", "update": r"update|step", "second moment": r"sqrt|moment|\bv\b",
-            "parameters": r"parameter|weights|8b|8e9"},
-    "7.2": {"attention probabilities": r"softmax|attention|probabilit", "tokens": r"token|seq|4,?096",
-            "layers": r"layer", "bytes per element": r"bytes?|gib|bf16|fp32|float32",
-            "logits": r"logit|vocab", "per-op terms": r"rms ?norm|swiglu|k/v|\bkv\b|gqa|head"},
-    "8.2": {"blocks of 32": r"block|\b32\b", "scales": r"scale|e8m0|exponent", "bytes": r"byte|gib|\bb\b",
-            "layers": r"layer", "Linear weights": r"linear|weight|q_proj|gate|\bq\b|matri",
-            "FP8 codes": r"mxfp8|fp8|e4m3|code"},
-    "9.2": {"rank": r"rank|\br\b", "adapters": r"adapter|lora|low-rank", "matrix sizes": r"d_in|d_out|d_model|"
-            r"matri(x|ces)|dimension|width", "target modules": r"qkv|attention|target|proj|c_attn",
-            "parameter count": r"parameter|count|layer"},
-}
+def expect_reasoning(reasoning: Any, exercise: str) -> None:
+    """Fail the check unless `reasoning` is there: a string of the learner's, not the lab's placeholder.
 
-
-def expect_reasoning(reasoning: Any, exercise: str, need: int = 2) -> None:
-    """Fail the check unless `reasoning` is a sentence or two (8 words or more) that names at least `need` of the
-    exercise's quantities (REASONING_TERMS): a reasoning is read for what it reasons with, not counted."""
+    A reasoning is read, not counted: it never earns or costs the value's points. The grader (utils.grade) lists
+    every reasoning with its text for the instructor, who gives its point by hand; one that names fewer than two of
+    the exercise's quantities (REASONING_TERMS) is marked so in that list."""
     words = answered(reasoning, "reasoning")
-    terms = REASONING_TERMS.get(exercise)
-    if terms is None:
+    if exercise not in REASONING_TERMS:
         raise ValueError(f"exercise {exercise!r} has no reasoning terms in REASONING_TERMS")
-    if not isinstance(words, str) or len(words.split()) < 8:
-        raise CheckFailed("a reasoning of a sentence or two (8 words or more)", repr(words)[:200])
-    named = [label for label, pattern in terms.items() if re.search(pattern, words, re.IGNORECASE)]
-    if len(named) < need:
-        raise CheckFailed(f"{READ_BY_HAND} (at least {need} of: {', '.join(terms)})",
-                          f"{words[:160]!r}, which names {', '.join(named) or 'none of them'}",
-                          "say which quantities your number comes from and how they combine; your instructor reads "
-                          "a reasoning the check cannot place.")
+    if not isinstance(words, str) or not words.strip():
+        raise CheckFailed("a reasoning of a sentence or two, as a string (your instructor reads it)",
+                          repr(words)[:200])
 
 
 def expect_equal(got: Any, expected: Any, what: str, hint: str = "") -> None:

@@ -1,0 +1,152 @@
+"""Review of issue 34, B1: while the grader runs a check, the learner's function runs where no frame or module
+holds the check's expected value or reference. A recorded exercise's call is answered by a fork of the kernel made
+before the checks open (plain-data arguments) or by a fork that clears its stack and the check modules first (other
+arguments); an in-kernel exercise's call runs in a thread of its own, whose stack holds no frame of the check.
+Fast: grading/runner.py's pieces, in this process (the full grading run: tests/test_grade.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+
+import pytest
+import torch
+
+from utils.labs import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the answering processes are forks")
+
+
+def _runner():
+    spec = importlib.util.spec_from_file_location("_course_grading_runner_test", REPO_ROOT / "grading" / "runner.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def peek(*_args):
+    """A cheat: the first `want` any frame on the stack holds (None where a frame holds it cleared)."""
+    for info in inspect.stack():
+        found = inspect.getargvalues(info.frame).locals
+        if "want" in found:
+            return found["want"]
+    return "no want on the stack"
+
+
+def test_a_recorded_call_is_answered_where_no_expected_value_is():
+    runner = _runner()
+    answers = runner.AnswerProcess({"0": peek}, None)  # forked now, before any check computes `want`
+    try:
+        def check():
+            want = 1234  # noqa: F841 - what the cheat looks for
+            return (answers.ask("0", peek, (1, 2.0), {}),  # plain data: the answer process
+                    answers.ask("0", peek, (torch.nn.Linear(1, 1),), {}))  # a model: a fork that clears its stack
+
+        plain, other = check()
+    finally:
+        answers.close()
+    assert plain == {"value": "no want on the stack", "hits": []}
+    assert other == {"value": None, "hits": []}  # the frame is there, its `want` is not
+    assert peek() == "no want on the stack" and check.__code__.co_varnames == ("want",)
+
+
+def test_a_forked_call_keeps_what_its_arguments_need_and_reports_the_watch():
+    runner = _runner()
+    from utils.checks.core import CheckFailed, guarded
+
+    scale = 3.0
+    double = runner.AnswerProcess({}, None)
+    model = torch.nn.Linear(2, 2)
+
+    def forward(x):  # the check's own callable, closing over `model` and `scale`: both stay
+        return model(x) * scale
+
+    def answer(fn):
+        return fn(torch.ones(1, 2)).sum().item()
+
+    want = answer(forward)
+    reply = double.ask("0", answer, (forward,), {})
+    assert reply == {"value": want, "hits": []}
+
+    def truth(fn):
+        return answer(fn)
+
+    recorder = runner.Recorder("9.9", "nonce", "mime", lambda data: None, double)
+    watched = guarded(recorder.wrap("0", lambda fn: truth(fn)), truth)
+    with pytest.raises(CheckFailed, match="a call to .*truth"):
+        watched(forward)
+
+
+def test_an_in_kernel_call_runs_on_a_stack_without_the_check():
+    runner = _runner()
+
+    def check():
+        want = 1234  # noqa: F841 - what the cheat looks for
+        return runner.on_clean_stack(peek)(1), peek()
+
+    assert check() == ("no want on the stack", 1234)
+
+    def raises(_):
+        raise ValueError("the step's own error")
+
+    with pytest.raises(ValueError, match="the step's own error"):
+        runner.on_clean_stack(raises)(1)
+    with torch.no_grad():
+        assert runner.on_clean_stack(lambda: torch.is_grad_enabled())() is False
+
+
+def test_a_message_that_names_out_of_memory_is_not_a_memory_cap():
+    """7.4's planted CUDA out-of-memory errors and its message's OutOfMemoryError are not the grader's memory cap."""
+    failed = _runner()._alloc_failure
+    assert not failed("expected plan_micro_batch(...) with the step raising OutOfMemoryError above batch 7 = (6, 120)")
+    assert not failed("your code raised OutOfMemoryError: CUDA out of memory (planted in forward at batch 9)")
+    assert failed("your code raised RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate")
+    assert failed("your code raised OutOfMemoryError: DefaultCPUAllocator: not enough memory: you tried")
+    assert failed("MemoryError")
+
+
+def test_a_forked_call_clears_a_checks_cells_but_keeps_its_hooks():
+    """`want` read in a comprehension is a cell of the check's frame: cleared too; the check's saved-tensor hook,
+    active around the call, keeps what it closes over (it counts what the learner's code saves)."""
+    runner = _runner()
+    answers = runner.AnswerProcess({}, None)
+
+    def answer(x):
+        (x * x).sum()
+        return peek()
+
+    def check():
+        want = 7
+        seen = []
+
+        def pack(t):
+            seen.append(t.numel())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            reply = answers.ask("0", answer, (torch.ones(3, requires_grad=True),), {})
+        return reply, [want + i for i in range(1)]
+
+    reply, kept = check()
+    assert reply == {"value": None, "hits": []} and kept == [7]
+
+
+def test_what_a_call_reaches_is_read_without_running_the_learners_code():
+    """Before a fork the kernel still holds the check: reading what the call's arguments reach, or whether they hold
+    tensors, must not run a __getattr__ of the learner's (it could read the check's frames)."""
+    runner = _runner()
+    touched = []
+
+    class Spy:
+        def __getattr__(self, name):
+            touched.append(name)
+            raise AttributeError(name)
+
+        def __call__(self, x):
+            return x
+
+    spy = Spy()
+    assert id(spy) in runner._reachable((spy, (1,), {}))
+    assert not runner._holds_arrays(((spy, 2), {"x": spy}))
+    assert touched == []
