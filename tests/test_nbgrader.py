@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utils.grade import grade_notebook
+from utils.grade import autograded_points, grade_notebook
 from utils.labs import LABS_DIR, SOLUTIONS_DIR, lab_exercises, nbgrader_source, read_notebook, write_nbgrader
 
 LAB = "lab03_loss_scaling"  # a lab whose every exercise has held-out cases, and a challenge
@@ -41,9 +41,10 @@ def test_exported_metadata_follows_nbgraders_schema(path: Path) -> None:
         assert ("points" in m) == m["grade"]
     exercises = lab_exercises(read_notebook(path), path.stem)
     autograded = sum(m["points"] for m in cells if m["grade"] and not m["solution"])
-    assert autograded == pytest.approx(sum(e.points for e in exercises if not e.by_hand))
+    assert autograded == pytest.approx(sum(autograded_points(e) for e in exercises if not e.by_hand))
     by_hand = sum(m["points"] for m in cells if m["grade"] and m["solution"])
-    assert by_hand == pytest.approx(sum(e.points for e in exercises if e.by_hand))
+    assert by_hand == pytest.approx(sum(e.points for e in exercises if e.by_hand)
+                                    + sum(e.points - autograded_points(e) for e in exercises if not e.by_hand))
     hidden = [c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").endswith("-hidden")]
     assert all(s.startswith("### BEGIN HIDDEN TESTS") and s.endswith("### END HIDDEN TESTS") for s in hidden)
 

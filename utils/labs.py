@@ -39,6 +39,7 @@ from typing import Any
 import nbformat
 from nbformat import NotebookNode
 
+from utils.checks.protocol import REASONING_POINTS
 from utils.validate import check_instance, check_str
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -557,6 +558,14 @@ def _hidden_source(check: str, exercise: str, hidden_file: Path, modules: list[s
     return f"### BEGIN HIDDEN TESTS\n{body}### END HIDDEN TESTS"
 
 
+def takes_reasoning(exercise: Exercise) -> bool:
+    """Whether an exercise's check call hands over a `reasoning` (its point is given by hand: utils.grade)."""
+    if not exercise.check:
+        return False
+    _, args, kwargs = parse_check_call(exercise.check)
+    return "reasoning" in args or "reasoning" in kwargs.values()
+
+
 def nbgrader_source(solution: NotebookNode, name: str, hidden_dir: Path = HIDDEN_DIR) -> NotebookNode:
     """A solution notebook as an nbgrader source notebook: each exercise's answer a solution cell, its check a
     locked grade cell worth the public half of its points (all of them without held-out cases), then a grade cell
@@ -578,7 +587,10 @@ def nbgrader_source(solution: NotebookNode, name: str, hidden_dir: Path = HIDDEN
         ex = exercises.get(index)
         answer_of = next((e for i, e in exercises.items() if e.by_hand and i + 1 == index), None)
         if ex is not None and not ex.by_hand:
-            _nbgrader(cell, f"ex{ex.id}-answer", grade=False, solution=True, locked=False)
+            # an answer with a reasoning is also a manually graded answer, worth the reasoning's point
+            reads = takes_reasoning(ex)
+            _nbgrader(cell, f"ex{ex.id}-answer", grade=reads, solution=True, locked=False,
+                      points=REASONING_POINTS if reads else None)
         elif ex is not None:
             _nbgrader(cell, f"ex{ex.id}-task", grade=False, solution=False, locked=True)
         elif answer_of is not None:
@@ -586,7 +598,8 @@ def nbgrader_source(solution: NotebookNode, name: str, hidden_dir: Path = HIDDEN
                       points=answer_of.points)  # a manually graded answer (the challenge's rubric)
         elif meta.get("check") in {e.id for e in exercises.values()}:
             ex_id = meta["check"]
-            points = next(e.points for e in exercises.values() if e.id == ex_id)
+            found = next(e for e in exercises.values() if e.id == ex_id)
+            points = found.points - (REASONING_POINTS if takes_reasoning(found) else 0.0)
             hidden = ex_id in with_hidden and hidden_file is not None
             check = cell.source
             cell.source = _grade_source(check, list(imports))
