@@ -115,6 +115,7 @@ def _entries() -> dict[str, Entry]:
         workshop,
     )
     from utils.experiment_sizes import ch05 as sizes_ch05
+    from utils.experiment_sizes import ch06 as sizes_ch06
     from utils.verdicts import ch02 as verdicts_ch02
 
     def _prof() -> Any:
@@ -179,6 +180,11 @@ def _entries() -> dict[str, Entry]:
                                          {"tier": st.one_of(st.integers().filter(lambda t: t not in sizes.TIERS),
                                                             _junk)}),
         "utils.results.device_slug": Entry(results.device_slug, lambda: {"name": "NVIDIA T4"}, {"name": "text"}),
+        "utils.results.run_label": Entry(results.run_label, lambda: {"run": {"device": {"name": "T4"}, "size": "full"}},
+                                         {"run": st.one_of(st.none(), st.integers(), st.just({}),
+                                                           st.just({"device": {}}))}),
+        "utils.experiment_sizes.ch06.mem_shape": Entry(sizes_ch06.mem_shape, lambda: {"size": "quick"},
+                                                       {"size": st.one_of(st.integers(), st.just("huge"))}),
         "utils.results.Run": Entry(results.Run, lambda: {"chapter": "01_where_the_memory_goes"},
                                    {"chapter": st.one_of(_junk, st.text(max_size=6))}),
         "utils.results.reference_results": Entry(results.reference_results,

@@ -284,6 +284,9 @@ def reference_summary(root: Path | None = None) -> list[list[str]]:
 def run_label(run: dict[str, Any]) -> str:
     """A saved run's device as the ledger names it, with what kind of run it is: a GPU's `make gpu-check` at full
     size, or one of the course's CPU reference runs (the runs whose outputs the chapters store), at its size."""
+    device = run.get("device") if isinstance(run, dict) else None
+    if not (isinstance(device, dict) and isinstance(device.get("name"), str)):
+        raise TypeError(f"run must be a saved run's dict with a device name, got {run!r:.80}")
     name = run["device"]["name"].split("(")[0].strip()
     kind = "GPU run" if run["device"].get("type") == "cuda" else "the course's CPU reference run"
     return f"{name} ({kind}, {run.get('size', '?')} size)"
