@@ -276,9 +276,9 @@ def test_an_8bit_optimizer_state_is_counted_by_what_it_holds() -> None:
     state is a wrapper tensor whose own storage reports 4 bytes per element. The allocator bytes of the state a step
     owns count the tensors inside it: about 1 byte per element plus its block scales."""
     torchao_optim = pytest.importorskip("torchao.optim")
-    from utils.measure import owned_state_bytes
-
     from unittest import mock
+
+    from utils.measure import owned_state_bytes
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(512, 512, bias=False)
