@@ -701,6 +701,12 @@ EXEMPT: dict[str, str] = {
     "utils.workshop.main": "command: rewrites or checks docs/workshop.md (tests/test_workshop.py)",
     "utils.workshop.minutes_rows": "takes no arguments",
     "utils.workshop.table_markdown": "takes no arguments",
+    "utils.grade.autograded_points": "takes an Exercise that utils.labs parsed from a lab (never a user's value); "
+                                     "tests/test_grade.py and test_nbgrader.py cover it",
+    "utils.grade.reasoning_key": "takes an Exercise that utils.labs parsed from a lab (tests/test_grade.py)",
+    "utils.grade.reasoning_note": "formats whatever a learner handed over as reasoning, any object by design "
+                                  "(tests/test_grade.py: a placeholder, a marked and an unmarked reasoning)",
+    "utils.labs.takes_reasoning": "takes an Exercise that utils.labs parsed from a lab (tests/test_nbgrader.py)",
     **{f"utils.{m}.main": "command: its arguments and files are tested in tests/test_commands.py"
        for m in ("chapters", "estimate", "glossary", "gpu_check", "grade", "hosted", "lab_server", "labs", "outputs",
                  "results")},
