@@ -28,6 +28,7 @@ import ast
 import importlib.util
 import sys
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,7 @@ def evaluate(namespace: dict, exercise: str, points: float, call: str, hidden_pa
 
 SEALED_MODULES = ("utils.checks.core", "utils.checks.wire", "utils.checks.protocol")  # reloaded fresh, never sealed
 FLUSH_EVERY = 256  # recorded answers are sent at least this often
+BATCH = 4096  # calls sent to the answer process in one exchange (a check's batch of cases, core.answer_each)
 
 
 class _SealFinder:
@@ -529,17 +531,15 @@ def _resolve(name: str) -> Any:
     return obj
 
 
-def _watched(spec: dict[str, Any] | None) -> Any:
-    """The own_work block `_watch_spec` described, rebuilt here (a no-op block where nothing is watched)."""
+def _watch_parts(spec: dict[str, Any] | None) -> tuple[list, dict[str, Any]] | None:
+    """The arguments of the own_work block `_watch_spec` described, rebuilt here: (targets, keywords); None where
+    nothing is watched."""
     import base64
-    import contextlib
     import marshal
 
     if spec is None:
-        return contextlib.nullcontext()
+        return None
     import torch
-
-    import utils.checks.core as core
 
     targets = []
     for name in spec["names"]:
@@ -547,43 +547,36 @@ def _watched(spec: dict[str, Any] | None) -> Any:
             targets.append(_resolve(name))
         except (ImportError, AttributeError):  # a library this kernel does not have: nothing to call there
             pass
-    return core.own_work(*targets, dtypes=tuple(getattr(torch, d) for d in spec["dtypes"]),
-                         modules=tuple(spec["modules"]), codes=tuple(marshal.loads(base64.b64decode(c))
-                                                                     for c in spec["codes"]))
+    return targets, {"dtypes": tuple(getattr(torch, d) for d in spec["dtypes"]), "modules": tuple(spec["modules"]),
+                     "codes": tuple(marshal.loads(base64.b64decode(c)) for c in spec["codes"])}
 
 
-def _answer(fn: Any, args: Any, kwargs: Any, watch: dict[str, Any] | None = None,
-            memory_limit_mb: float | None = None, *, same_process: bool = False) -> dict[str, Any]:
+def _answer(fn: Any, args: Any, kwargs: Any, memory_limit_mb: float | None = None, *,
+            same_process: bool = False) -> dict[str, Any]:
     """The reply for one call of the learner's function, made in the answering process: the answer as plain data
-    (or what it raised), and what the watch found ("hits"); `same_process`: also the answer itself ("object") and
-    the exception itself ("exception"), for a caller in this process."""
+    (or what it raised), and what the watch open around it found ("hits"); `same_process`: also the answer itself
+    ("object") and the exception itself ("exception"), for a caller in this process."""
+    import contextlib
+
     import utils.checks.core as core
     from utils.checks import wire
 
-    found: list[str] = []
     reply: dict[str, Any]
-    try:
-        with memory_cap(memory_limit_mb), _watched(watch):
-            if core.WATCHING:
-                found = core.WATCHING[-1].hits
+    with memory_cap(memory_limit_mb) if memory_limit_mb is not None else contextlib.nullcontext():
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - what the learner's code raised is its answer
+            reply = {"raised": type(exc).__name__, "message": str(exc)[:500]}
+            if same_process:
+                reply["exception"] = exc
+        else:
             try:
-                out = fn(*args, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - what the learner's code raised is its answer
-                reply = {"raised": type(exc).__name__, "message": str(exc)[:500]}
-                if same_process:
-                    reply["exception"] = exc
-            else:
-                try:
-                    reply = {"value": wire.encode(out)}
-                except Exception as exc:  # noqa: BLE001 - not plain data
-                    reply = {"unplain": str(exc)[:300]}
-                if same_process:
-                    reply["object"] = out
-    except BaseException as exc:  # noqa: BLE001 - the watch failed the call (its hits say why)
-        reply = {"raised": type(exc).__name__, "message": str(exc)[:500]}
-    if not found and core.WATCHING:  # a call answered in a fork of the kernel: the watch came along with it
-        found = core.WATCHING[-1].hits
-    return {**reply, "hits": list(found)}
+                reply = {"value": wire.encode(out)}
+            except Exception as exc:  # noqa: BLE001 - not plain data
+                reply = {"unplain": str(exc)[:300]}
+            if same_process:
+                reply["object"] = out
+    return {**reply, "hits": list(core.WATCHING[-1].hits) if core.WATCHING else []}
 
 
 def _send_line(stream: Any, data: dict) -> None:
@@ -651,19 +644,29 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _holds_arrays(value: Any, depth: int = 0) -> bool:
+def _holds_arrays(value: Any) -> bool:
     """Whether arguments hold a tensor or an array: their storages (shared, or larger than the view) are part of
-    the question, and plain data would lose them, so such a call goes to a fork of the kernel, which keeps them."""
+    the question, and plain data would lose them, so such a call goes to a fork of the kernel, which keeps them.
+    (A loop, not a recursion: it runs under the check's watch, whose hook costs each Python call made here.)"""
     import numpy as np
     import torch
 
-    if depth > 32 or issubclass(type(value), torch.Tensor | np.ndarray):  # issubclass: no code of the learner's runs
-        return True
-    if type(value) in (list, tuple, set, frozenset):
-        return any(_holds_arrays(v, depth + 1) for v in value)
-    if type(value) is dict:
-        return any(_holds_arrays(v, depth + 1) for v in value.values())
+    todo = [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        kind = type(item)
+        if kind in _SCALARS:
+            continue
+        if depth > 32 or issubclass(kind, torch.Tensor | np.ndarray):  # issubclass: no code of the learner's runs
+            return True
+        if kind in (list, tuple, set, frozenset):
+            todo += [(v, depth + 1) for v in item]
+        elif kind is dict:
+            todo += [(v, depth + 1) for v in item.values()]
     return False
+
+
+_SCALARS = (int, float, bool, str, type(None))
 
 
 def _rng_data(torch_state: Any, random_state: tuple) -> dict[str, Any]:
@@ -676,17 +679,53 @@ def _rng_data(torch_state: Any, random_state: tuple) -> dict[str, Any]:
             "random": [version, list(internal), gauss]}
 
 
-def _set_rng(state: dict[str, Any] | None) -> None:
+def _rng_state(data: dict[str, Any]) -> tuple[Any, tuple]:
+    """The (torch, Python) random states `_rng_data` wrote."""
     import base64
+
+    import torch
+
+    version, internal, gauss = data["random"]
+    return torch.frombuffer(bytearray(base64.b64decode(data["torch"])), dtype=torch.uint8), (version, tuple(internal),
+                                                                                             gauss)
+
+
+def _answer_each(fn: Any, calls: list[dict], watch: tuple | None, rng: tuple | None,
+                 memory_limit_mb: float | None) -> list[dict[str, Any]]:
+    """In the answer process: the replies to calls sent as data, under the check's watch (entered once for the
+    batch), each call from the check's random state as in the kernel; the batch ends at the first call that does not
+    answer with a value."""
+    import contextlib
     import random
 
     import torch
 
-    if state is None:
-        return
-    torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8))
-    version, internal, gauss = state["random"]
-    random.setstate((version, tuple(internal), gauss))
+    import utils.checks.core as core
+    from utils.checks import wire
+
+    try:
+        decoded = [([wire.decode(a) for a in call["args"]], {k: wire.decode(v) for k, v in call["kwargs"].items()})
+                   for call in calls]
+    except Exception as exc:  # noqa: BLE001 - a grader bug: say so in the answer
+        return [{"raised": "RuntimeError", "message": f"arguments not read back: {exc}", "hits": []}]
+    replies: list[dict[str, Any]] = []
+    found: list[str] = []
+    try:
+        with core.own_work(*watch[0], **watch[1]) if watch else contextlib.nullcontext():
+            if watch:
+                found = core.WATCHING[-1].hits
+            for args, kwargs in decoded:
+                if rng is not None:
+                    torch.set_rng_state(rng[0])
+                    random.setstate(rng[1])
+                replies.append(_answer(fn, args, kwargs, memory_limit_mb))
+                if "value" not in replies[-1]:
+                    break
+    except BaseException as exc:  # noqa: BLE001 - the watch failed the batch (its hits say why)
+        replies[-1:] = [{"raised": type(exc).__name__, "message": str(exc)[:500]}]
+    for reply in replies:
+        reply["hits"] = list(found)
+    return replies
 
 
 class AnswerProcess:
@@ -718,34 +757,21 @@ class AnswerProcess:
         self.pid, self.out, self.back = pid, os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
 
     def _serve(self, requests: Any, replies: Any, memory_limit_mb: float | None) -> None:
-        import contextlib
         import json
 
-        from utils.checks import wire
-
-        rng = None
-        watching = contextlib.ExitStack()  # the watch the kernel's check has open, open here too, across its calls
+        rng, watch = None, None
         for line in requests:
             request = json.loads(line)
-            if "watch" in request:
-                with contextlib.suppress(Exception):  # what the closed watch found was sent with its calls
-                    watching.close()
-                watching = contextlib.ExitStack()
-                watching.enter_context(_watched(request["watch"]))
-                continue
-            if "rng" in request:
-                rng = request["rng"]
-                continue
-            _set_rng(rng)
-            fn = self.functions[request["key"]]
-            try:
-                args = [wire.decode(a) for a in request["args"]]
-                kwargs = {k: wire.decode(v) for k, v in request["kwargs"].items()}
-            except Exception as exc:  # noqa: BLE001 - a grader bug: say so in the answer
-                _send_line(replies, {"raised": "RuntimeError", "message": f"arguments not read back: {exc}",
-                                     "hits": []})
-                continue
-            _send_line(replies, _answer(fn, args, kwargs, None, memory_limit_mb))
+            if "watch" in request:  # the watch the kernel's check has open: entered here for each exchange
+                watch = _watch_parts(request["watch"])
+            elif "rng" in request:
+                rng = _rng_state(request["rng"])
+            elif "each" in request:
+                _send_line(replies, {"each": _answer_each(self.functions[request["key"]], request["each"], watch,
+                                                          rng, memory_limit_mb)})
+            else:
+                _send_line(replies, _answer_each(self.functions[request["key"]], [request], watch, rng,
+                                                 memory_limit_mb)[0])
 
     def ask(self, key: str, fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
         """The reply to fn(*args, **kwargs): from the answer process where the arguments are plain data, else from a
@@ -754,26 +780,10 @@ class AnswerProcess:
 
         import torch
 
-        import utils.checks.core as core
-        from utils.checks import wire
-
-        watch = core.WATCHING[-1] if core.WATCHING else None
-        if self.pid is not None and self.functions.get(key) is fn and not _holds_arrays((args, kwargs)):
-            try:
-                sent = {"key": key, "args": [wire.encode(a) for a in args],
-                        "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}}
-            except wire.Unplain:
-                sent = None
-            if sent is not None:
-                if watch is not self.watch_sent:
-                    _send_line(self.out, {"watch": _watch_spec(watch)})
-                    self.watch_sent = watch
-                rng = (torch.get_rng_state(), random.getstate())
-                if self.rng_sent is None or rng[1] != self.rng_sent[1] or not torch.equal(rng[0], self.rng_sent[0]):
-                    _send_line(self.out, {"rng": _rng_data(*rng)})  # each call starts from the check's random
-                    self.rng_sent = rng  # state, as in the kernel
-                _send_line(self.out, sent)
-                return _read_line(self.back)
+        sent = self._as_data(key, fn, [(args, kwargs)])
+        if sent is not None:
+            self._send({"key": key, **sent[0]})
+            return _read_line(self.back)
         if self.fork:
             return _forked_call(fn, args, kwargs)
         state = random.getstate()
@@ -782,6 +792,53 @@ class AnswerProcess:
                 return _answer(fn, args, kwargs, same_process=True)
         finally:
             random.setstate(state)
+
+    def ask_each(self, key: str, fn: Any, calls: list[tuple[Any, Any]]) -> Iterator[dict[str, Any]]:
+        """The replies to fn(*args, **kwargs) for each (args, kwargs) in `calls`, in order: the whole batch in one
+        exchange with the answer process where every argument is plain data (it stops at the first call that
+        raises), else one `ask` per call, made only as the caller takes its reply."""
+        sent = self._as_data(key, fn, calls)
+        if sent is None:
+            for args, kwargs in calls:
+                yield self.ask(key, fn, args, kwargs)
+            return
+        for start in range(0, len(sent), BATCH):
+            self._send({"key": key, "each": sent[start:start + BATCH]})
+            replies = _read_line(self.back)["each"]
+            yield from replies
+            if len(replies) < len(sent[start:start + BATCH]):
+                return
+
+    def _as_data(self, key: str, fn: Any, calls: list[tuple[Any, Any]]) -> list[dict[str, Any]] | None:
+        """The calls as the answer process reads them, or None where that process cannot answer them (no process,
+        another function than the one it holds, or arguments that are not plain data)."""
+        from utils.checks import wire
+
+        if self.pid is None or self.functions.get(key) is not fn or _holds_arrays(calls):
+            return None
+        try:
+            return [{"args": [wire.encode(a) for a in args], "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}}
+                    for args, kwargs in calls]
+        except wire.Unplain:
+            return None
+
+    def _send(self, request: dict[str, Any]) -> None:
+        """A request to the answer process, after the check's watch and random state where they changed."""
+        import random
+
+        import torch
+
+        import utils.checks.core as core
+
+        watch = core.WATCHING[-1] if core.WATCHING else None
+        if watch is not self.watch_sent:
+            _send_line(self.out, {"watch": _watch_spec(watch)})
+            self.watch_sent = watch
+        rng = (torch.get_rng_state(), random.getstate())
+        if self.rng_sent is None or rng[1] != self.rng_sent[1] or not torch.equal(rng[0], self.rng_sent[0]):
+            _send_line(self.out, {"rng": _rng_data(*rng)})  # each call starts from the check's random state, as
+            self.rng_sent = rng  # in the kernel
+        _send_line(self.out, request)
 
     def close(self) -> None:
         if self.pid is not None:
@@ -870,32 +927,42 @@ class Recorder:
         self.part = part
 
     def wrap(self, key: str, fn: Any) -> Any:
+        """The function the checks call in place of the learner's `fn`; its `answer_each` takes a batch of calls
+        (core.answer_each)."""
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            import torch
+            return self._returned(key, self.answers.ask(key, fn, args, kwargs))
 
-            import utils.checks.core as core
-            from utils.checks import wire
+        def answer_each(calls: list[tuple]) -> list:
+            replies = self.answers.ask_each(key, fn, [(tuple(args), {}) for args in calls])
+            return [self._returned(key, reply) for reply in replies]
 
-            reply = self.answers.ask(key, fn, args, kwargs)
-            hits = reply.pop("hits", [])
-            if hits and core.WATCHING and not core.WATCHING[-1].hits:
-                core.WATCHING[-1].hits.append(str(hits[0]))
-            answered_here = "object" in reply or "exception" in reply
-            kept, raised = reply.pop("object", None), reply.pop("exception", None)
-            self._add(key, reply)
-            if raised is not None:
-                raise raised
-            if answered_here:  # in this process (a test's run): the answer itself, as the kernel once had it
-                return kept
-            if "raised" in reply:
-                raise _raised(str(reply["raised"]), str(reply.get("message", "")))
-            if "unplain" in reply:
-                raise TypeError(f"the function returned {reply['unplain']}, not plain data (numbers, strings, "
-                                "lists, dicts, tensors)")
-            with torch._C.DisableTorchFunction():  # reading the answer back is the grader's, not the learner's
-                return wire.decode(reply["value"])
-
+        recorded.answer_each = answer_each
         return recorded
+
+    def _returned(self, key: str, reply: dict[str, Any]) -> Any:
+        """One call's reply recorded, and handed to the check as the call's return value (or raised)."""
+        import torch
+
+        import utils.checks.core as core
+        from utils.checks import wire
+
+        hits = reply.pop("hits", [])
+        if hits and core.WATCHING and not core.WATCHING[-1].hits:
+            core.WATCHING[-1].hits.append(str(hits[0]))
+        answered_here = "object" in reply or "exception" in reply
+        kept, raised = reply.pop("object", None), reply.pop("exception", None)
+        self._add(key, reply)
+        if raised is not None:
+            raise raised
+        if answered_here:  # in this process (a test's run): the answer itself, as the kernel once had it
+            return kept
+        if "raised" in reply:
+            raise _raised(str(reply["raised"]), str(reply.get("message", "")))
+        if "unplain" in reply:
+            raise TypeError(f"the function returned {reply['unplain']}, not plain data (numbers, strings, "
+                            "lists, dicts, tensors)")
+        with torch._C.DisableTorchFunction():  # reading the answer back is the grader's, not the learner's
+            return wire.decode(reply["value"])
 
     def _add(self, key: str, item: dict) -> None:
         queue = self.pending.setdefault((self.part, key), [])

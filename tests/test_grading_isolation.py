@@ -150,3 +150,55 @@ def test_what_a_call_reaches_is_read_without_running_the_learners_code():
     assert id(spy) in runner._reachable((spy, (1,), {}))
     assert not runner._holds_arrays(((spy, 2), {"x": spy}))
     assert touched == []
+
+
+def _halve(x):
+    if x == 3:
+        raise ValueError("three")
+    return x / 2
+
+
+def test_a_batch_is_answered_as_its_single_calls_are_and_ends_at_the_first_raise():
+    """core.answer_each takes a recorded function's batch to the answer process in one exchange: the same replies,
+    in order, as one ask per call, recorded alike; the batch stops at the call that raises (later calls never run)."""
+    runner = _runner()
+    from utils.checks.core import answer_each
+
+    answers = runner.AnswerProcess({"0": _halve}, None)
+    sent: list[dict] = []
+    recorder = runner.Recorder("9.9", "nonce", "mime", sent.append, answers)
+    try:
+        wrapped = recorder.wrap("0", _halve)
+        assert answer_each(wrapped, [(0,), (1,), (2,)]) == [0.0, 0.5, 1.0]
+        with pytest.raises(ValueError, match="three"):
+            answer_each(wrapped, [(2,), (3,), (4,)])
+        singles = [answers.ask("0", _halve, (x,), {}) for x in (2, 3)]
+        recorder.flush()
+    finally:
+        answers.close()
+    items = [item for message in sent for item in message["items"]]
+    assert [i.get("value") for i in items] == [0.0, 0.5, 1.0, 1.0, None]  # (4,) was never asked
+    assert items[-1] == {"raised": "ValueError", "message": "three"}  # recorded as a single call's reply is
+    assert singles[1] == {**items[-1], "hits": []}
+    assert answer_each(_halve, [(4,)]) == [2.0]  # a plain function (the learner's own kernel): plain calls
+
+
+def test_a_batch_under_a_watch_reports_a_call_to_the_reference():
+    """The watch the check opened around a batch is rebuilt in the answer process for the batch: an answer that
+    calls the reference fails the check, as a single call's does."""
+    runner = _runner()
+    from utils.checks.core import CheckFailed, answer_each, own_work
+
+    def reference(x):
+        return x * 2
+
+    def cheat(x):
+        return reference(x)
+
+    answers = runner.AnswerProcess({"0": cheat}, None)
+    try:
+        wrapped = runner.Recorder("9.9", "nonce", "mime", lambda data: None, answers).wrap("0", cheat)
+        with pytest.raises(CheckFailed, match="a call to .*reference"), own_work(reference):
+            answer_each(wrapped, [(1,), (2,)])
+    finally:
+        answers.close()

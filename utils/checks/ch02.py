@@ -16,6 +16,7 @@ from utils.checks.core import (
     TORCHAO_FP8,
     CheckFailed,
     Verdict,
+    answer_each,
     answered,
     expect_reasoning,
     guarded,
@@ -35,7 +36,7 @@ def check_decode_fp16(decode_fp16: Callable[[int], float]) -> Verdict:
     def body() -> None:
         # the learner's answers first, the truth after: nothing the check computed is on the stack while they run
         with own_work(*DECODE_LIBRARY, dtypes=(torch.float16,), modules=DECODE_MODULES):  # one watch, 65536 calls
-            answers = [decode_fp16(code) for code in range(2**16)]
+            answers = answer_each(decode_fp16, [(code,) for code in range(2**16)])
         codes = torch.arange(2**16, dtype=torch.int32)
         values = torch.where(codes >= 2**15, codes - 2**16, codes).to(torch.int16).view(torch.float16).double()
         for code, expected, got in zip(range(2**16), values.tolist(), answers, strict=True):
@@ -92,7 +93,7 @@ def expect_round(round_to_format: Callable[[float, int, int], float],
     """cases: (float32 values, exp_bits, man_bits); every value against reference_round, signs of zeros included."""
     for xs, exp_bits, man_bits in cases:
         with own_work(reference_round, decode, encode, dtypes=_TORCH_DTYPES, what="the rounding"):
-            answers = [round_to_format(x, exp_bits, man_bits) for x in xs]
+            answers = answer_each(round_to_format, [(x, exp_bits, man_bits) for x in xs])
         for x, got in zip(xs, answers, strict=True):
             want = reference_round(x, exp_bits, man_bits)
             if isinstance(got, bool) or not isinstance(got, int | float) or got != want \
@@ -111,8 +112,8 @@ def check_round_to_format(round_to_format: Callable[[float, int, int], float]) -
 
 def expect_decode_fp16(decode_fp16: Callable[[int], float], codes: list[int]) -> None:
     """Each code against torch's view of the bits as float16, signs of zeros included."""
-    decode_fp16 = guarded(decode_fp16, *DECODE_LIBRARY, dtypes=(torch.float16,), modules=DECODE_MODULES)
-    answers = [decode_fp16(code) for code in codes]  # the learner's answers before the truth is computed
+    with own_work(*DECODE_LIBRARY, dtypes=(torch.float16,), modules=DECODE_MODULES):
+        answers = answer_each(decode_fp16, [(code,) for code in codes])  # the answers before the truth is computed
     t = torch.tensor([c - 2**16 if c >= 2**15 else c for c in codes], dtype=torch.int32).to(torch.int16)
     for code, expected, got in zip(codes, t.view(torch.float16).double().tolist(), answers, strict=True):
         ok = math.isnan(got) if math.isnan(expected) else (got == expected and
@@ -339,15 +340,16 @@ def reference_mx_element(code: int, exp_bits: int, man_bits: int) -> float:
 
 def expect_mx_elements(decode_mx_element: Callable[[int, int, int], float], formats: list[tuple[int, int]]) -> None:
     """Every code of each (exp_bits, man_bits) format, signed zeros included."""
-    decode_mx_element = guarded(decode_mx_element, reference_mx_element, decode, encode,
-                                "torchao.prototype.custom_fp_utils:_floatx_unpacked_to_f32",
-                                "torchao.prototype.mx_formats.kernels:f4_unpacked_to_f32",
-                                "torchao.prototype.mx_formats.kernels:f6_e3m2_unpacked_to_f32",
-                                "torchao.prototype.mx_formats.kernels:f6_e2m3_unpacked_to_f32")
     for exp_bits, man_bits in formats:
-        for code in range(2 ** (1 + exp_bits + man_bits)):
+        codes = range(2 ** (1 + exp_bits + man_bits))
+        with own_work(reference_mx_element, decode, encode,
+                      "torchao.prototype.custom_fp_utils:_floatx_unpacked_to_f32",
+                      "torchao.prototype.mx_formats.kernels:f4_unpacked_to_f32",
+                      "torchao.prototype.mx_formats.kernels:f6_e3m2_unpacked_to_f32",
+                      "torchao.prototype.mx_formats.kernels:f6_e2m3_unpacked_to_f32"):
+            answers = answer_each(decode_mx_element, [(code, exp_bits, man_bits) for code in codes])
+        for code, got in zip(codes, answers, strict=True):
             want = reference_mx_element(code, exp_bits, man_bits)
-            got = decode_mx_element(code, exp_bits, man_bits)
             if isinstance(got, bool) or not isinstance(got, int | float) or got != want \
                     or math.copysign(1.0, got) != math.copysign(1.0, want):
                 top = 2 ** (exp_bits + man_bits)

@@ -17,6 +17,7 @@ import os
 import random
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -364,6 +365,17 @@ def guarded(fn: Any, *targets: Any, dtypes: tuple[torch.dtype, ...] = (), module
             return fn(*args, **kwargs)
 
     return call
+
+
+def answer_each(fn: Callable, calls: list[tuple]) -> list:
+    """fn(*args) for each argument tuple in `calls`, in order: a learner's answers to a batch of cases (a call that
+    raises ends the batch there). In a grading kernel the learner's function is the grader's recorder, which takes
+    the whole batch to its answer process in one exchange (its `answer_each`, grading/runner.py): 65,536 calls cost
+    seconds, not half a minute. Elsewhere each case is one plain call."""
+    batch = fn.__dict__.get("answer_each") if type(fn) is types.FunctionType else None  # no learner's code runs
+    if batch is not None:
+        return batch(calls)
+    return [fn(*args) for args in calls]
 
 
 def answered(value: Any, name: str) -> Any:
