@@ -31,7 +31,7 @@ WORD_WRAP_CSS = ("<style>.course-panel .jp-OutputArea-output pre "
 CONTROL_WIDTH = "170px"  # a beside panel's slider or dropdown, right of its label
 
 
-def description_width(controls: Mapping[str, widgets.ValueWidget]) -> str:
+def _description_width(controls: Mapping[str, widgets.ValueWidget]) -> str:
     """A label column wide enough for the longest description (in `ch`, the width of a digit, wider than most
     letters): no label is cut to "sequences per..."."""
     longest = max((len(getattr(c, "description", "") or "") for c in controls.values()), default=0)
@@ -68,7 +68,7 @@ class Panel:
         header = [widgets.HTML(WORD_WRAP_CSS, layout=widgets.Layout(display="none"))]
         header += [widgets.HTML(f"<b>{title}</b>")] if title else []
         if beside:  # a column of controls left of the output: both in one screen (a 1,400 x 900 window)
-            label = description_width(self.controls)
+            label = _description_width(self.controls)
             for control in self.controls.values():
                 control.layout.width = "100%"
                 control.style.description_width = label  # a checkbox is indented by as much: the column aligns
