@@ -264,6 +264,6 @@ def test_a_saved_copy_says_it_is_yours_and_the_note_is_never_saved(course: Path)
     (course / CHAPTER).write_text(json.dumps(_notebook("the course's new version")))  # a git pull
     ids = [c.get("id") for c in _run(manager.get(CHAPTER))["content"]["cells"]]
     assert ids[0] == OUTDATED_NOTICE_ID and SAVED_COPY_NOTICE_ID not in ids
-    assert "move `my-work/docs/x.ipynb` elsewhere" in saved_copy_notice("docs/x.ipynb")["source"]
+    assert "`my-work/docs/x.ipynb`); move it elsewhere" in saved_copy_notice("docs/x.ipynb")["source"]
     _run(manager.save({"type": "notebook", "content": _notebook("scratch")}, "notebooks/scratch.ipynb"))
     assert _run(manager.get("notebooks/scratch.ipynb"))["content"]["cells"][0]["id"] not in NOTICE_IDS  # no course's

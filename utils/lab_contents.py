@@ -154,8 +154,11 @@ def saved_copy_notice(path: str) -> dict:
     course's own (my-work/ is not listed), so this is what tells the learner it is their copy. Served with the
     copy, removed again by every save."""
     check_str("path", path)
-    text = (f"*This is your saved copy (`my-work/{path}`), not the course's version. To see the course's version, "
-            f"close this tab and {_see_the_course_version(path)}. (This note is not saved.)*")
+    number = Path(path).name[:2]
+    how = (f"`make reset-chapter N={number}` shows the course's version again (close this tab first; yours is kept "
+           f"in `my-work/.previous/`)" if path.startswith("notebooks/") and number.isdigit()
+           else "move it elsewhere to see the course's version again")
+    text = f"*This is your saved copy (`my-work/{path}`); {how}. This note is not saved.*"
     return {"cell_type": "markdown", "id": SAVED_COPY_NOTICE_ID, "metadata": {"editable": False}, "source": text}
 
 
