@@ -125,7 +125,9 @@ def test_the_panel_and_its_figure_are_seen_together_in_a_1400_x_900_window(plan_
     plt.close(fig)
     lines_and_table = 4 * 22 + 7 * 30  # the printed lines and the 6-row cost table, about 30 px a row
     assert height + lines_and_table < 900 - 180  # JupyterLab's bars, the panel's title and the cell's margins
-    assert 270 + width < 1400 - 300  # the controls' column beside the figure, with the file browser open
+    # beside the controls' column (about 310 px) JupyterLab scales a wider figure down to the output's width;
+    # tests/test_lab_flow_browser.py sees the panel, figure included, fit one 1,400 x 900 screen
+    assert width <= 800
     panel = Panel(lambda n: str(n), {"n": __import__("utils.widgets", fromlist=["slider"]).slider(2, 1, 3)},
                   beside=True)
     row = panel.widget.children[-1]
