@@ -223,6 +223,8 @@ def _entries() -> dict[str, Entry]:
                                                               {"notebook": st.one_of(st.none(), st.just([]))}),
         "utils.lab_contents.outdated_notice": Entry(lab_contents.outdated_notice,
                                                     lambda: {"path": "notebooks/00_x.ipynb"}, {"path": "text"}),
+        "utils.lab_contents.saved_copy_notice": Entry(lab_contents.saved_copy_notice,
+                                                      lambda: {"path": "notebooks/00_x.ipynb"}, {"path": "text"}),
         "utils.workshop.gpu_runs": Entry(workshop.gpu_runs, lambda: {}, {"results": "path"}),
         "utils.outputs.chapters": Entry(outputs.chapters, lambda: {"only": "00"},
                                         {"only": st.text(max_size=3).filter(lambda s: not s.isdigit() or

@@ -21,6 +21,7 @@ import pytest
 from servers import free_port, stop_group
 
 from utils import lab_server
+from utils.lab_contents import SAVED_COPY_NOTICE_ID
 from utils.lab_server import command as lab_command
 from utils.lab_server import environment as lab_environment
 
@@ -263,5 +264,7 @@ def test_a_learner_who_runs_and_saves_chapters_leaves_git_status_clean(learner_c
         with urllib.request.urlopen(f"{base}/api/contents/{path}?token={token}", timeout=10) as response:
             served = json.loads(response.read())["content"]
         served, mine = nbformat.reads(json.dumps(served), as_version=4), nbformat.read(course / "my-work" / path, 4)
-        assert [c.get("outputs") for c in served.cells] == [c.get("outputs") for c in mine.cells], \
+        assert served.cells[0].get("id") == SAVED_COPY_NOTICE_ID, f"{path}: no note says this is the saved copy"
+        assert SAVED_COPY_NOTICE_ID not in [c.get("id") for c in mine.cells], f"my-work/{path}: the note was saved"
+        assert [c.get("outputs") for c in served.cells[1:]] == [c.get("outputs") for c in mine.cells], \
             f"{path}: JupyterLab does not serve the saved copy"

@@ -125,7 +125,9 @@ def test_the_panel_and_its_figure_are_seen_together_in_a_1400_x_900_window(plan_
     plt.close(fig)
     lines_and_table = 4 * 22 + 7 * 30  # the printed lines and the 6-row cost table, about 30 px a row
     assert height + lines_and_table < 900 - 180  # JupyterLab's bars, the panel's title and the cell's margins
-    assert 270 + width < 1400 - 300  # the controls' column beside the figure, with the file browser open
+    # beside the controls' column (about 310 px) JupyterLab scales a wider figure down to the output's width;
+    # tests/test_lab_flow_browser.py sees the panel, figure included, fit one 1,400 x 900 screen
+    assert width <= 800
     panel = Panel(lambda n: str(n), {"n": __import__("utils.widgets", fromlist=["slider"]).slider(2, 1, 3)},
                   beside=True)
     row = panel.widget.children[-1]
@@ -133,3 +135,24 @@ def test_the_panel_and_its_figure_are_seen_together_in_a_1400_x_900_window(plan_
     assert panel.controls["n"] in row.children[0].children
     with pytest.raises(TypeError, match="beside"):
         Panel(lambda n: n, {"n": __import__("utils.widgets", fromlist=["slider"]).slider(2, 1, 3)}, beside="yes")
+
+
+def test_the_panels_labels_are_whole_and_its_text_wraps_at_words():
+    """Issue 37 (review item 10): the label column was 110 px, and "sequences per step" showed as "sequences per...";
+    JupyterLab broke the printed plan mid-word ("N / F4"). tests/test_lab_flow_browser.py sees both in Chromium."""
+    from ipywidgets import Checkbox
+
+    from utils.widgets import WORD_WRAP_CSS, Panel, dropdown, log2_slider
+
+    controls = {"model": dropdown(["a", "b"], "a", "model"), "seq": log2_slider(32, 0, 8, "sequences per step"),
+                "lora": Checkbox(value=True, description="allow LoRA")}
+    panel = Panel(lambda model, seq, lora: "x", controls, beside=True)
+    assert {c.style.description_width for c in controls.values()} == {f"{len('sequences per step') + 1}ch"}
+    column = panel.widget.children[-1].children[0]
+    assert column.layout.width == f"calc({len('sequences per step') + 1}ch + 170px)" == column.layout.flex[4:]
+    for beside in (True, False):  # every panel's printed text wraps between words
+        panel = Panel(lambda model, seq, lora: "x", controls, beside=beside)
+        assert "course-panel" in panel.widget._dom_classes
+        style = [w for w in panel.widget.children if getattr(w, "value", "") == WORD_WRAP_CSS]
+        assert len(style) == 1 and style[0].layout.display == "none"
+    assert ".course-panel .jp-OutputArea-output pre" in WORD_WRAP_CSS and "word-break: normal" in WORD_WRAP_CSS

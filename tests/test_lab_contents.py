@@ -53,7 +53,10 @@ def _run(coroutine):
 
 
 def _source(model: dict) -> str:
-    return "".join(model["content"]["cells"][0]["source"])
+    """The first cell's text, below the note a saved copy is served with."""
+    from utils.lab_contents import NOTICE_IDS
+
+    return "".join(next(c for c in model["content"]["cells"] if c.get("id") not in NOTICE_IDS)["source"])
 
 
 def test_a_save_goes_to_my_work_and_is_read_back(course: Path) -> None:
@@ -237,3 +240,30 @@ def test_a_copy_the_course_has_changed_since_says_so_and_the_note_is_never_saved
     _run(manager.save({"type": "notebook", "content": served}, CHAPTER))
     saved = json.loads((course / "my-work" / CHAPTER).read_text())
     assert [c.get("id") for c in saved["cells"]].count(OUTDATED_NOTICE_ID) == 0
+
+
+def test_a_saved_copy_says_it_is_yours_and_the_note_is_never_saved(course: Path) -> None:
+    """Issue 37 (review item 15): nothing in JupyterLab told a saved copy (my-work/, not listed in the file browser,
+    opened under the chapter's own path) from the course's version. An up-to-date copy is served with a one-line
+    note on top (whose copy, how to see the course's version); the committed file is served without it; a save
+    drops it. A copy the course has changed since gets the outdated note instead, never both."""
+    from utils.lab_contents import NOTICE_IDS, OUTDATED_NOTICE_ID, SAVED_COPY_NOTICE_ID, saved_copy_notice
+
+    manager = _manager(course)
+    assert [c.get("id") for c in _run(manager.get(CHAPTER))["content"]["cells"]].count(SAVED_COPY_NOTICE_ID) == 0
+    _run(manager.save({"type": "notebook", "content": _notebook("my run")}, CHAPTER))
+    served = _run(manager.get(CHAPTER))["content"]
+    note = "".join(served["cells"][0]["source"])
+    assert served["cells"][0]["id"] == SAVED_COPY_NOTICE_ID and served["cells"][0]["cell_type"] == "markdown"
+    assert f"my-work/{CHAPTER}" in note and "make reset-chapter N=00" in note and "not saved" in note
+    assert _source({"content": served}) == "my run"
+    _run(manager.save({"type": "notebook", "content": served}, CHAPTER))  # Ctrl+S on the served copy
+    saved = json.loads((course / "my-work" / CHAPTER).read_text())
+    assert [c.get("id") for c in saved["cells"]].count(SAVED_COPY_NOTICE_ID) == 0 and len(saved["cells"]) == 1
+    assert "committed" in (course / CHAPTER).read_text()
+    (course / CHAPTER).write_text(json.dumps(_notebook("the course's new version")))  # a git pull
+    ids = [c.get("id") for c in _run(manager.get(CHAPTER))["content"]["cells"]]
+    assert ids[0] == OUTDATED_NOTICE_ID and SAVED_COPY_NOTICE_ID not in ids
+    assert "`my-work/docs/x.ipynb`); move it elsewhere" in saved_copy_notice("docs/x.ipynb")["source"]
+    _run(manager.save({"type": "notebook", "content": _notebook("scratch")}, "notebooks/scratch.ipynb"))
+    assert _run(manager.get("notebooks/scratch.ipynb"))["content"]["cells"][0]["id"] not in NOTICE_IDS  # no course's

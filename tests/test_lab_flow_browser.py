@@ -5,9 +5,11 @@
   message, not a NameError traceback;
 - a chapter's "Practise: lab NN" link opens the learner's copy in my-labs/, not the generated labs/ file;
 - a check's verdict renders in the notebook's own text font, not monospace, and wraps between words (no word is
-  split across two lines, even in a narrow window).
+  split across two lines, even in a narrow window);
+- issue 37: chapter 09's planner panel, run in a 1,400 x 900 window, shows every control's whole label, wraps its
+  plan text between words, and its controls and figure fit one screen.
 
-One JupyterLab server and one browser serve all three tests. Uses Debian's Chromium by path (never a downloaded
+One JupyterLab server and one browser serve all four tests. Uses Debian's Chromium by path (never a downloaded
 browser); without it, or without Playwright for Python, the tests are skipped with the reason (in CI, a failure).
 """
 
@@ -36,8 +38,10 @@ ARTIFACTS = ROOT / "test-artifacts" / "browser"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
 CHAPTER = "notebooks/02_number_formats.ipynb"
+PLANNER_CHAPTER = "notebooks/09_capstone_fit_a_model.ipynb"
 LAB02 = "lab02_number_formats.ipynb"
 LAB00 = "lab00_warmup.ipynb"
+PLANNER = "planner.ipynb"
 TOKEN = "lab-flow-token"
 WRONG_01 = "def packed_bytes(shape, bits):\n    return 0  # a wrong answer: the check says NOT YET, with a hint"
 
@@ -65,6 +69,26 @@ def _served_course(folder: Path) -> None:
         if cell.get("metadata", {}).get("course", {}).get("exercise") == "0.1":
             cell["source"] = WRONG_01
     (folder / "my-labs" / LAB00).write_text(json.dumps(mine, indent=1))
+    (folder / PLANNER).write_text(json.dumps(_planner_notebook(), indent=1))
+
+
+def _planner_notebook() -> dict:
+    """One code cell: chapter 09's planner cell as the chapter has it, after the imports it uses (the chapter's
+    usable_budget is utils.plan's: tests/test_ch09_widget.py), so the panel is the chapter's own in seconds."""
+    chapter = json.loads((ROOT / PLANNER_CHAPTER).read_text())
+    cell = next("".join(c["source"]) for c in chapter["cells"]
+                if c["cell_type"] == "code" and "plan_panel = Panel(" in "".join(c["source"]))
+    imports = ("import matplotlib.pyplot as plt  # as the chapter's first cell: the inline backend shows figures\n"
+               "from ipywidgets import Checkbox\n"
+               "from utils.architectures import ARCHITECTURES, shape_of_model\n"
+               "from utils.budget import CAPABILITY as GPU_CAPABILITY\n"
+               "from utils.estimate import PRESETS\n"
+               "from utils.plan import GIB, REPORTED_GIB, costs_table, plan, plan_figure, usable_budget\n"
+               "from utils.tables import show_table\n"
+               "from utils.widgets import Panel, dropdown, log2_slider\n\n")
+    return {"cells": [{"cell_type": "code", "execution_count": None, "id": "planner", "metadata": {}, "outputs": [],
+                       "source": imports + cell}],
+            "metadata": chapter["metadata"], "nbformat": 4, "nbformat_minor": 5}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +110,9 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Any]]:
     env = lab_environment({**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp / "rt"), "JUPYTER_CONFIG_DIR": str(tmp / "cfg"),
                            "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "ws"),
                            "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings")})
-    env.pop("COURSE_CHECKS_STRICT", None)
+    # tests/conftest.py's MPLBACKEND=Agg dropped: the kernel draws figures inline, as in `make lab`
+    for name in ("COURSE_CHECKS_STRICT", "MPLBACKEND"):
+        env.pop(name, None)
     port = free_port()
     log = open(tmp / "lab.log", "w")  # noqa: SIM115 (closed after the server stops)
     proc = subprocess.Popen(lab_command(port=port, token=TOKEN, root=served, open_browser=False), env=env,
@@ -113,8 +139,8 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Any]]:
         log.close()
 
 
-def _open(browser: Any, base: str, path: str, width: int = 1400) -> Any:
-    page = browser.new_page(viewport={"width": width, "height": 1000})
+def _open(browser: Any, base: str, path: str, width: int = 1400, height: int = 1000) -> Any:
+    page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(60_000)  # a loaded machine: JupyterLab lays a notebook out for a while
     # a workspace of its own: the default one restores the earlier tests' tabs, and JupyterLab 4 hides an inactive
     # notebook tab without the lm-mod-hidden class, so a selector for "the notebook on show" could match theirs
@@ -241,6 +267,56 @@ def test_a_verdict_renders_in_the_notebooks_font_without_mid_word_breaks(lab):
         _shot(page, "lab_flow_verdict_font.png")
     except Exception:
         _shot(page, "lab_flow_verdict_font_failure.png")
+        raise
+    finally:
+        page.close()
+
+
+# Each label of a widget whose text does not fit its box (ipywidgets cuts it with an ellipsis): [text, needed, shown].
+CUT_LABELS = """(el) => [...el.querySelectorAll('.widget-label, .widget-label-basic')]
+  .filter(l => l.textContent.trim() && l.scrollWidth > l.clientWidth)
+  .map(l => [l.textContent, l.scrollWidth, l.clientWidth])"""
+
+
+def _assert_wrapped_at_words(panel: Any) -> None:
+    """The panel's printed text wraps in this window, and only between words."""
+    texts = panel.locator(".jp-OutputArea-output pre")
+    assert texts.count() >= 1
+    for i in range(texts.count()):
+        assert texts.nth(i).evaluate(SPLIT_WORDS) == [], texts.nth(i).inner_text()
+    wrapped = [texts.nth(i).evaluate(LINES) > texts.nth(i).inner_text().strip().count("\n") + 1
+               for i in range(texts.count())]
+    assert any(wrapped), "the plan text should wrap in this window (else the check above tests nothing)"
+
+
+def test_the_planner_panel_shows_whole_labels_and_wraps_its_text_at_words(lab):
+    """Issue 37 (review item 10): "sequences per step" was cut to "sequences per...", and the plan text broke words
+    at the panel's edge ("N / F4", "128 / GiB available"), in a 1,400 x 900 window."""
+    base, browser = lab
+    page = _open(browser, base, PLANNER, width=1400, height=900)
+    try:
+        _wait_for_idle_kernel(base, page, PLANNER)
+        _run(page, _code_cell(page, "plan_panel = Panel("))
+        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .widget-vbox", has_text="Plan a training run").first
+        panel.locator(".jp-OutputArea-output img").first.wait_for(timeout=90_000)
+        assert panel.evaluate(CUT_LABELS) == []
+        _assert_wrapped_at_words(panel)
+        first_text = panel.locator(".jp-OutputArea-output pre").first.inner_text()
+        panel.locator("select").first.select_option("Mixtral-8x7B")  # QLoRA: the reviewer's "N / F4"
+        page.wait_for_function("([el, old]) => { const q = s => el.querySelector('.jp-OutputArea-output ' + s);"
+                               " return q('pre') && q('pre').innerText !== old && q('img'); }",
+                               arg=[panel.element_handle(), first_text], timeout=60_000)
+        _assert_wrapped_at_words(panel)
+        panel.evaluate("el => el.scrollIntoView({block: 'start'})")
+        notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer").first
+        view = notebook.bounding_box()
+        figure = panel.locator(".jp-OutputArea-output img").first.bounding_box()
+        controls = panel.locator(".widget-vbox").first.bounding_box()  # the column of controls
+        bottom = max(figure["y"] + figure["height"], controls["y"] + controls["height"])
+        assert bottom <= view["y"] + view["height"], (figure, controls, view)  # one screen: no scrolling
+        _shot(page, "lab_flow_planner_panel.png")
+    except Exception:
+        _shot(page, "lab_flow_planner_panel_failure.png")
         raise
     finally:
         page.close()

@@ -8,6 +8,8 @@ So a chapter opens with its committed outputs, its links (which name `notebooks/
 because the paths the browser sees do not change, its kernel runs in notebooks/ as before, and running and saving
 every chapter leaves `git status` clean, so `git pull` always applies.
 
+A saved copy opens with a one-line note on top saying it is the learner's copy (or, if the course has changed
+that file since, that it is outdated), and how to see the course's version; the note is never saved.
 Deleting `notebooks/NN_*.ipynb` in JupyterLab sets the learner's copy aside in my-work/.previous/ (the committed
 version shows again), as `make reset-chapter N=09` does from a terminal; a committed file itself cannot be deleted
 or renamed from JupyterLab. The committed file's hash when the copy was first saved is
@@ -125,19 +127,39 @@ class MyWork:
 
 
 OUTDATED_NOTICE_ID = "course-outdated-copy"
+SAVED_COPY_NOTICE_ID = "course-saved-copy"
+NOTICE_IDS = (OUTDATED_NOTICE_ID, SAVED_COPY_NOTICE_ID)  # served on top of a saved copy, removed by every save
+
+
+def _see_the_course_version(path: str) -> str:
+    """How to see the course's version of `path` again instead of the learner's copy."""
+    number = Path(path).name[:2]
+    if path.startswith("notebooks/") and number.isdigit():
+        return f"run `make reset-chapter N={number}` in a terminal: your copy is kept in `my-work/.previous/`"
+    return f"move `my-work/{path}` elsewhere"
 
 
 def outdated_notice(path: str) -> dict:
     """The note shown at the top of a saved copy whose committed chapter has changed since (a `git pull`): served
     with the copy, removed again by every save."""
     check_str("path", path)
-    number = Path(path).name[:2]
-    how = (f"run `make reset-chapter N={number}` in a terminal: your copy is kept in `my-work/.previous/`"
-           if path.startswith("notebooks/") and number.isdigit() else f"move `my-work/{path}` elsewhere")
     text = (f"**This is your saved copy of `{path}`, and the course has changed that file since you first saved "
             f"it** (a `git pull`). You see your copy, not the new version. To see the new version, close this tab "
-            f"and {how}. (This note is not saved.)")
+            f"and {_see_the_course_version(path)}. (This note is not saved.)")
     return {"cell_type": "markdown", "id": OUTDATED_NOTICE_ID, "metadata": {"editable": False}, "source": text}
+
+
+def saved_copy_notice(path: str) -> dict:
+    """The one-line note on top of a saved copy the course has not changed since: the tab and path are the
+    course's own (my-work/ is not listed), so this is what tells the learner it is their copy. Served with the
+    copy, removed again by every save."""
+    check_str("path", path)
+    number = Path(path).name[:2]
+    how = (f"`make reset-chapter N={number}` shows the course's version again (close this tab first; yours is kept "
+           f"in `my-work/.previous/`)" if path.startswith("notebooks/") and number.isdigit()
+           else "move it elsewhere to see the course's version again")
+    text = f"*This is your saved copy (`my-work/{path}`); {how}. This note is not saved.*"
+    return {"cell_type": "markdown", "id": SAVED_COPY_NOTICE_ID, "metadata": {"editable": False}, "source": text}
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -227,8 +249,10 @@ class CourseContentsManager(AsyncLargeFileManager):
             notebook["metadata"]["language_info"] = copy.deepcopy(IPythonKernel.language_info)
         clean = path.strip("/")
         if (notebook and self._in_committed(clean) and os.path.isfile(self._mine_os_path(clean))
-                and clean in MyWork(Path(self.root_dir), self.work_dir).changed()):
-            notebook.setdefault("cells", []).insert(0, outdated_notice(clean))
+                and os.path.isfile(self._committed_os_path(clean))):  # a copy of a course file, not a new one
+            outdated = clean in MyWork(Path(self.root_dir), self.work_dir).changed()
+            note = outdated_notice(clean) if outdated else saved_copy_notice(clean)
+            notebook.setdefault("cells", []).insert(0, note)
         return model
 
     async def save(self, model: dict, path: str = "") -> dict:
@@ -242,7 +266,7 @@ class CourseContentsManager(AsyncLargeFileManager):
         if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
             drop_unsaved_widget_views(model["content"])  # the copy reopens with snapshots, not broken views
             cells = model["content"].get("cells", [])
-            cells[:] = [c for c in cells if c.get("id") != OUTDATED_NOTICE_ID]  # the notice is shown, never saved
+            cells[:] = [c for c in cells if c.get("id") not in NOTICE_IDS]  # the notes are shown, never saved
         started = self._start_copy(path)
         try:
             return await super().save(model, path)

@@ -173,7 +173,8 @@ def _work_line(root: Path = REPO_ROOT) -> str:
     work = MyWork(Path(check_instance("root", root, (str, Path))))
     saved = sorted(work.folder.glob("notebooks/*.ipynb")) if work.folder.is_dir() else []
     line = (f"Your chapters: saving a chapter writes your copy to {WORK_DIR}/ (git ignores it; notebooks/ stays as "
-            f"committed, so `git pull` always works); JupyterLab opens your copy under the chapter's own name. "
+            f"committed, so `git pull` always works); JupyterLab opens your copy under the chapter's own name, a note "
+            f"on top saying so. "
             f"{len(saved)} saved so far; `make reset-chapter N=09` starts one over.")
     changed = work.changed()
     if changed:

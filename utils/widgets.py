@@ -24,6 +24,19 @@ from IPython.display import display
 
 from utils.validate import check_int, check_str
 
+# Text a panel's function prints wraps between words: JupyterLab's output area breaks a line at any character, which
+# split words at the panel's edge (chapter 09's planner: "N / F4"). A word longer than a line still breaks.
+WORD_WRAP_CSS = ("<style>.course-panel .jp-OutputArea-output pre "
+                 "{white-space: pre-wrap; word-break: normal; overflow-wrap: break-word}</style>")
+CONTROL_WIDTH = "170px"  # a beside panel's slider or dropdown, right of its label
+
+
+def _description_width(controls: Mapping[str, widgets.ValueWidget]) -> str:
+    """A label column wide enough for the longest description (in `ch`, the width of a digit, wider than most
+    letters): no label is cut to "sequences per..."."""
+    longest = max((len(getattr(c, "description", "") or "") for c in controls.values()), default=0)
+    return f"{longest + 1}ch"
+
 
 class Panel:
     """Controls that re-run `fn(**values)` on every change and show its result in an Output: the controls in rows
@@ -51,13 +64,16 @@ class Panel:
         self.first_snapshot = ""
         for control in self.controls.values():
             control.observe(lambda _change: self.update(), names="value")
-        header = [widgets.HTML(f"<b>{title}</b>")] if title else []
+        # the style rides in a hidden widget, so it is on the page wherever the panel is (and applies to it alone)
+        header = [widgets.HTML(WORD_WRAP_CSS, layout=widgets.Layout(display="none"))]
+        header += [widgets.HTML(f"<b>{title}</b>")] if title else []
         if beside:  # a column of controls left of the output: both in one screen (a 1,400 x 900 window)
+            label = _description_width(self.controls)
             for control in self.controls.values():
                 control.layout.width = "100%"
-                control.style.description_width = "110px"
-            column = widgets.VBox(list(self.controls.values()),
-                                  layout=widgets.Layout(flex="0 0 270px", width="270px"))
+                control.style.description_width = label  # a checkbox is indented by as much: the column aligns
+            width = f"calc({label} + {CONTROL_WIDTH})"
+            column = widgets.VBox(list(self.controls.values()), layout=widgets.Layout(flex=f"0 0 {width}", width=width))
             self.output.layout.flex = "1 1 auto"
             self.widget = widgets.VBox(header + [widgets.HBox([column, self.output],
                                                               layout=widgets.Layout(align_items="flex-start"))])
@@ -69,6 +85,7 @@ class Panel:
             row = widgets.HBox(list(self.controls.values()),
                                layout=widgets.Layout(flex_flow="row wrap", align_items="center", width="100%"))
             self.widget = widgets.VBox(header + [row, self.output])
+        self.widget.add_class("course-panel")
         if run_now:
             self.update()
 
