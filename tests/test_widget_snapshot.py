@@ -43,3 +43,27 @@ def test_snapshot_of_tables_and_errors() -> None:
 
     panel = Panel(bad, {"n": slider(3, 1, 9)})
     assert "n must be even" in panel.static_html()
+
+
+def test_snapshot_keeps_what_the_first_run_printed_and_displayed_in_order() -> None:
+    """A planner prints its plan, displays a table, then returns its figure: a reader without a kernel sees all
+    three, in that order (chapter 09's snapshot once held the figure alone, and the prose quoted the printed plan)."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import display
+
+    InteractiveShell.instance()  # a shell with a display publisher, as in a kernel
+
+    def report(n: int) -> plt.Figure:
+        print(f"plan: {n} GiB of 19.7 (fits)")
+        display(Markdown("| technique | GiB |\n|---|---|\n| offload | 121 |"))
+        print("host RAM: 121 GiB")
+        return _figure(n)
+
+    panel = Panel(report, {"n": slider(4, 1, 9)})
+    page = panel.static_html()
+    marks = [page.index(s) for s in ("plan: 4 GiB of 19.7 (fits)", "<table>", "host RAM: 121 GiB",
+                                      "data:image/png;base64,")]
+    assert marks == sorted(marks), marks
+    assert "Markdown object" not in page
+    panel.controls["n"].value = 7
+    assert "plan: 7 GiB" not in panel.static_html()

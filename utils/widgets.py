@@ -6,7 +6,8 @@ A ValueError or TypeError from the function is shown as one line, so a learner w
 a bad corner sees why, not a traceback; any other exception is a bug and is shown in full.
 
 Seen before anything runs: a panel is displayed as the live widget together with a static HTML snapshot of its
-first output (a PNG of the figure, the table, or the text) and the controls' values. JupyterLab shows the widget
+first output (what the function printed and displayed, in order, then its result: the text, the tables, a PNG of the
+figure) and the controls' values. JupyterLab shows the widget
 (its state is saved with the committed outputs); GitHub, nbviewer and the course's website, which cannot run it,
 show the snapshot instead of "VBox(children=...)".
 """
@@ -14,9 +15,11 @@ show the snapshot instead of "VBox(children=...)".
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import ipywidgets as widgets
@@ -102,15 +105,18 @@ class Panel:
         # blank or half drawn in JupyterLab (chapter 09's planner, seen in headless Chromium)
         with self.output, plt.ioff():
             self.output.clear_output(wait=True)
+            first = not self.first_snapshot
+            shown: list[tuple[str, Any]] = []
             try:
-                self.last_result, self.last_error = self.fn(**self.values()), ""
+                with _recording(shown) if first else contextlib.nullcontext():
+                    self.last_result, self.last_error = self.fn(**self.values()), ""
             except (ValueError, TypeError) as exc:
                 self.last_result, self.last_error = None, f"{type(exc).__name__}: {exc}"
                 print(self.last_error)
                 return None
             result = self.last_result
-            if not self.first_snapshot:
-                self.first_snapshot = snapshot_html(result)
+            if first:  # what the first run printed and displayed, then its result: what a reader sees before running
+                self.first_snapshot = "".join(_shown_html(shown)) + snapshot_html(result)
             if isinstance(result, plt.Figure):
                 result.stale_callback = None  # no backend hook redraws it while it is rendered
                 display(result)
@@ -136,6 +142,76 @@ class Panel:
         return bundle
 
 
+@contextlib.contextmanager
+def _recording(shown: list[tuple[str, Any]]) -> Iterator[None]:
+    """Append to `shown`, in order, what the code in the block prints ("text", str) and displays ("data", a MIME
+    bundle), while it still reaches the panel's output as before."""
+    from IPython import get_ipython
+
+    stdout = sys.stdout
+
+    publishing = []  # a display being published: a publisher that writes it to stdout is not printing
+
+    class Tee(io.TextIOBase):
+        def write(self, text: str) -> int:
+            if not publishing:
+                shown.append(("text", text))
+            return stdout.write(text)
+
+        def flush(self) -> None:
+            stdout.flush()
+
+    shell = get_ipython()
+    publisher = getattr(shell, "display_pub", None)
+    publish = getattr(publisher, "publish", None)
+
+    def recorded(data: Any, *args: Any, **kwargs: Any) -> Any:
+        shown.append(("data", data))
+        publishing.append(True)
+        try:
+            return publish(data, *args, **kwargs)
+        finally:
+            publishing.pop()
+
+    sys.stdout = Tee()
+    if publish is not None:
+        publisher.publish = recorded
+    try:
+        yield
+    finally:
+        sys.stdout = stdout
+        if publish is not None:
+            publisher.publish = publish
+
+
+def _shown_html(shown: list[tuple[str, Any]]) -> Iterator[str]:
+    """The recorded output as static HTML: each run of printed text as one <pre>, each display by its richest
+    format."""
+    text: list[str] = []
+    for kind, value in [*shown, ("end", None)]:
+        if kind == "text":
+            text.append(value)
+            continue
+        if "".join(text).strip():
+            yield f"<pre>{html.escape(''.join(text))}</pre>"
+        text = []
+        if kind == "data":
+            yield _bundle_html(value)
+
+
+def _bundle_html(data: Mapping[str, Any]) -> str:
+    """One MIME bundle as HTML: HTML, Markdown, PNG, then plain text."""
+    if "text/html" in data:
+        return str(data["text/html"])
+    if "text/markdown" in data:
+        import mistune
+
+        return str(mistune.html(data["text/markdown"]))
+    if "image/png" in data:
+        return f'<img alt="the panel\'s first output" src="data:image/png;base64,{data["image/png"]}">'
+    return f"<pre>{html.escape(str(data.get('text/plain', '')))}</pre>"
+
+
 def snapshot_html(result: Any) -> str:
     """A static HTML rendering of a panel function's result: a figure as an embedded PNG, a string as
     preformatted text, anything else through IPython's formatters (HTML, Markdown, PNG, then plain text)."""
@@ -153,15 +229,7 @@ def snapshot_html(result: Any) -> str:
     from IPython.core.formatters import format_display_data
 
     data, _ = format_display_data(result)
-    if "text/html" in data:
-        return data["text/html"]
-    if "text/markdown" in data:
-        import mistune
-
-        return mistune.html(data["text/markdown"])
-    if "image/png" in data:
-        return f'<img alt="the panel\'s first output" src="data:image/png;base64,{data["image/png"]}">'
-    return f"<pre>{html.escape(str(data.get('text/plain', '')))}</pre>"
+    return _bundle_html(data)
 
 
 def slider(value: int, low: int, high: int, step: int = 1, description: str = "") -> widgets.IntSlider:
