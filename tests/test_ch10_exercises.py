@@ -1,6 +1,7 @@
 """Chapter 10's exercise answers and the reading of its panel's first picture follow from the same calls the panel
 makes (utils.plan.plan with the layout's tensor and pipeline degrees)."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,23 @@ def _text(start: str) -> str:
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     text = next(src for src in ("".join(c["source"]) for c in cells) if start in src)
     return text[text.index(start):]
+
+
+def _outputs(start: str) -> str:
+    """The committed outputs (printed text and Markdown tables) of the code cell whose source contains `start`."""
+    cell = next(c for c in json.loads(NOTEBOOK.read_text())["cells"]
+                if c["cell_type"] == "code" and start in "".join(c["source"]))
+    return "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", ""))
+                     for o in cell.get("outputs", []))
+
+
+def _row(out: str, first: str) -> list[str]:
+    """The cells of the printed table row whose first cell is `first`."""
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == first:
+            return cells
+    raise AssertionError(f"no printed row {first!r} in:\n{out}")
 
 
 def _answer(start: str) -> str:
@@ -45,7 +63,9 @@ def test_exercise_one_answer_is_the_fewest_gpus_the_panel_fits():
     assert not _exercise_one(fewest - 1).fits and f"{_exercise_one(fewest - 1).total / GIB:.1f} GiB" in answer
     exact = next(n for n in range(1, 65) if _exercise_one(n).fits and _exercise_one(n).choice.optimizer == "adamw")
     assert f"fit from {exact} GPUs on" in answer
-    assert _exercise_one(fewest + 1).choice.micro_batch == 2 and f"from {fewest + 1} GPUs on" in answer
+    # "at", not "from ... on": at 9 GPUs the exact AdamW takes the place of 8-bit AdamW, with a micro-batch of 1 again
+    assert _exercise_one(fewest + 1).choice.micro_batch == 2
+    assert f"at {fewest + 1} GPUs the micro-batch widens to 2" in " ".join(answer.split())
 
 
 def test_exercise_three_interleaved_answer():
@@ -57,7 +77,7 @@ def test_exercise_three_interleaved_answer():
     (1, 8, 1, None, "does not fit"), (2, 8, 1, 63.5, ("zero3", "adamw8bit")), (4, 8, 1, 66.7, ("zero2", "adamw")),
     (1, 8, 2, 59.7, ("none", "adamw8bit"))])
 def test_the_panels_first_picture_and_its_ways_out_are_what_the_reading_says(replicas, t, p, total, how):
-    reading = _text("Read the first picture (Llama-2-70B")
+    reading = " ".join(_text("Read the first picture (Llama-2-70B").split())
     plan_ = _layout("Llama-2-70B", 4096, "H100 (80 GB)", 16, replicas, t, p)
     if total is None:
         assert not plan_.fits
@@ -70,3 +90,41 @@ def test_the_panels_first_picture_and_its_ways_out_are_what_the_reading_says(rep
     else:
         assert plan_.fits and (plan_.choice.sharding, plan_.choice.optimizer) == how
         assert f"{plan_.total / GIB:.1f} GiB" in reading and round(plan_.total / GIB, 1) == total
+
+
+def test_the_reading_quotes_the_figures_the_run_printed():
+    """Review s3, E10-1: the reading's figures were drawn only by the panel, whose committed output a reader without a
+    kernel saw as "(run the notebook to use its controls)". The cell before the reading prints them with the panel's
+    function; each figure the reading quotes is a printed one (this failed on the notebook without that cell)."""
+    out, reading = _outputs("first_view = layout_plan("), _text("Read the first picture (Llama-2-70B")
+    reading = " ".join(reading.split())
+    first = _layout("Llama-2-70B", 4096, "H100 (80 GB)", 16, 1, 8, 1)
+    printed = {step: _row(out, step)[1] for step, _ in first.history}
+    assert list(printed.values()) == [f"{x / GIB:,.0f}" for _, x in first.history]
+    steps = list(printed.values())
+    assert f"about {steps[0]} GiB per GPU" in reading and f"checkpointing takes it to {steps[2]} GiB" in reading
+    assert f"accumulation to {steps[4]}," in reading and f"8-bit AdamW to {steps[-1]} GiB" in reading
+    assert f"plan budget of an H100 (80 GB): {first.budget / GIB:.1f} GiB per GPU" in out and not first.fits
+    assert f"over the {first.budget / GIB:.1f} GiB budget" in reading
+    ways_out = (("2 replicas x t 8", (2, 8, 1), "2 replicas (16 GPUs) with ZeRO-3 and 8-bit"),
+                ("4 replicas x t 8", (4, 8, 1), "4 replicas (32 GPUs) with ZeRO-2 and AdamW's"),
+                ("1 replica x t 8 x p 2", (1, 8, 2), "2 pipeline stages (16 GPUs) and 8-bit"))
+    for label, (replicas, t, p), quoted in ways_out:
+        plan_ = _layout("Llama-2-70B", 4096, "H100 (80 GB)", 16, replicas, t, p)
+        row = _row(out, label)
+        assert row[1] == str(replicas * t * p) and row[5] == f"{plan_.total / GIB:.1f}" and row[6] == "fits"
+        after = reading.split(quoted, 1)[1]
+        assert re.match(rf"[^;.]*?, {re.escape(row[5])} GiB", after), (label, after[:80])
+
+
+def test_exercise_one_answer_is_printed_by_the_run():
+    """E10-1: exercise 1's figures are printed (and recorded in results/) by the notebook's last code cell, computed
+    with the panel's function."""
+    fewest = next(n for n in range(1, 65) if _exercise_one(n).fits)
+    p, short = _exercise_one(fewest), _exercise_one(fewest - 1)
+    exact = next(n for n in range(1, 65) if _exercise_one(n).fits and _exercise_one(n).choice.optimizer == "adamw")
+    out = _outputs("exercise_1 = {n: layout_plan(")
+    assert (f"Exercise 1 (answer): {fewest} GPUs, ZeRO-3 with 8-bit AdamW, micro-batch {p.choice.micro_batch} x "
+            f"{p.choice.accumulation}, {p.total / GIB:.1f} GiB per GPU; at {fewest - 1} GPUs {short.total / GIB:.1f} "
+            f"GiB, over the {p.budget / GIB:.1f} GiB plan budget; AdamW (32-bit) fits from {exact} GPUs on; at "
+            f"{fewest + 1} GPUs the micro-batch is {_exercise_one(fewest + 1).choice.micro_batch}") in out

@@ -25,7 +25,8 @@ def panel_source():
 @pytest.fixture(scope="module")
 def layout_report(panel_source):
     tree = ast.parse(panel_source)
-    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("model_shape", "layout_report")
+    functions = ("model_shape", "layout_plan", "layout_report")
+    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in functions
               or isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "MODELS" for t in n.targets)]
     namespace = {"plan": plan, "PRESETS": PRESETS, "ARCHITECTURES": ARCHITECTURES, "shape_of_model": shape_of_model,
                  "usable_budget": usable_budget, "REPORTED_GIB": REPORTED_GIB, "GIB": GIB, "plan_figure": plan_figure,
@@ -51,3 +52,16 @@ def test_the_panel_stands_beside_its_controls_and_opens_on_llama_2_70b(panel_sou
     plt.close(fig)
     assert 270 + width < 1100 and height + 300 < 720
     assert "does NOT fit" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("layout", [("Llama-2-70B", 4096, "H100 (80 GB)", 16, 1, 8, 1, False),
+                                    ("Llama-3-8B", 4096, "A10G (24 GB)", 32, 6, 1, 1, False),
+                                    ("Llama-3-8B", 2048, "T4 (16 GB)", 8, 1, 1, 1, True)])
+def test_the_panel_reports_the_plan_of_layout_plan(layout_report, panel_source, layout, capsys):
+    """The figures chapter 10 prints beside the panel come from `layout_plan`, the function the panel's report calls:
+    the report's caption is that plan's."""
+    layout_plan = layout_report.__globals__["layout_plan"]
+    p = layout_plan(*layout)
+    plt.close(layout_report(*layout))
+    assert f"{p.choice.describe()}: {p.total / GIB:.1f} of {p.budget / GIB:.1f} GiB per GPU" in capsys.readouterr().out
+    assert "p = layout_plan(model, seq_len, gpu," in panel_source
