@@ -64,6 +64,36 @@ def test_design_solution_passes_public_and_hidden(solution, monkeypatch):
     hidden()["1.6"](solution["largest_batch"])
 
 
+def test_largest_batch_needs_the_optimizer_step(solution, monkeypatch):
+    """Lab 1.6: an answer that models backward's start only (the old reference) fails a public and a held-out case,
+    where eight or four tokens per sequence leave the optimizer step above the budget; the solution says 0 there."""
+    from utils.estimate import TransformerShape, transformer_activation_bytes
+    from utils.models import GPTConfig
+
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+
+    def backward_start_only(cfg, budget_bytes):
+        shape = TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)
+        fixed = 12 * shape.n_params + 4 * (2 + 12 * cfg.n_layer + 2 + 1)
+
+        def peak(batch):
+            return (fixed + transformer_activation_bytes(shape, batch, attention=cfg.attention)
+                    + 8 * batch * cfg.seq_len * cfg.vocab_size)
+
+        batch = 1
+        while peak(batch + 1) <= budget_bytes:
+            batch += 1
+        return batch
+
+    verdict = CHECKS["1.6"](backward_start_only)
+    assert verdict.status == "failed" and "optimizer step" in str(verdict), str(verdict)
+    with pytest.raises(CheckFailed, match="seq_len=4"):
+        hidden()["1.6"](backward_start_only)
+    short = GPTConfig(n_layer=2, d_model=128, n_head=4, seq_len=8, vocab_size=256)
+    assert solution["largest_batch"](short, 13 * 2**20 // 2) == 0
+    assert ch01.measured_peak(short, 1) > 13 * 2**20 // 2  # the truth: not even one sequence fits
+
+
 def test_answers_tuned_to_the_public_cases_fail_the_hidden_ones(solution, monkeypatch):
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     public = {(4, 64, 128, 4, "sdpa", "fp32"), (4, 64, 128, 4, "eager", "fp32"), (2, 32, 64, 2, "sdpa", "bf16-mixed"),

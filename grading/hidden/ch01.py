@@ -86,10 +86,12 @@ def leak_cases(train_with_validation) -> None:
 
 
 def largest_batch_cases(largest_batch) -> None:
-    """A large vocabulary (the logits' gradients dominate), eager attention, a deeper model."""
+    """A large vocabulary (the logits' gradients dominate), eager attention, a deeper model, and a short sequence
+    whose optimizer step alone exceeds the budget (no batch fits)."""
     expect_largest_batch(largest_batch, [
         (GPTConfig(n_layer=1, d_model=32, n_head=4, seq_len=32, vocab_size=4096), 10 * MIB),
         (GPTConfig(n_layer=3, d_model=48, n_head=4, seq_len=48, vocab_size=128, attention="eager"), 9 * MIB),
+        (GPTConfig(n_layer=1, d_model=96, n_head=4, seq_len=4, vocab_size=512, attention="eager"), 3 * MIB),
     ])
 
 
