@@ -13,7 +13,17 @@ import torch
 from torch import nn
 
 from utils.budget import reported_bytes
-from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
+from utils.checks.core import (
+    CheckFailed,
+    Verdict,
+    answer_each,
+    answered,
+    expect_equal,
+    expect_reasoning,
+    guarded,
+    own_work,
+    run_check,
+)
 from utils.estimate import measure_step, transformer_activation_bytes
 from utils.measure import optimizer_state_bytes, saved_activation_bytes
 from utils.models import GPT, Block, CausalSelfAttention, GPTConfig, gpt_batch, mlp
@@ -66,11 +76,12 @@ def adam_truth(model: nn.Module, batch: tuple, amsgrad: bool) -> int:
 
 def expect_adam_state_bytes(adam_state_bytes: Callable[[nn.Module, tuple, bool], int],
                             cases: Sequence[tuple[str, nn.Module, tuple, bool]]) -> None:
-    adam_state_bytes = guarded(adam_state_bytes, adam_truth, optimizer_state_bytes, torch.optim.Adam,
-                               torch.optim.AdamW, torch.optim.Optimizer.step)
-    for label, model, batch, amsgrad in cases:
-        want = adam_truth(model, batch, amsgrad)
-        expect_equal(adam_state_bytes(copy.deepcopy(model), batch, amsgrad), want,
+    with own_work(adam_truth, optimizer_state_bytes, torch.optim.Adam, torch.optim.AdamW,
+                  torch.optim.Optimizer.step):  # the answers first, in one batch, before any truth exists
+        answers = answer_each(adam_state_bytes, [(copy.deepcopy(model), batch, amsgrad)
+                                                 for _, model, batch, amsgrad in cases])
+    for (label, model, batch, amsgrad), got in zip(cases, answers, strict=True):
+        expect_equal(got, adam_truth(model, batch, amsgrad),
                      f"Adam(amsgrad={amsgrad}) state bytes after one step of {label}",
                      hint="Adam gives state only to a parameter that HAS a gradient when step() runs (frozen ones, "
                      "and ones this forward never used, have grad None): two moments shaped and typed like it, a "

@@ -12,7 +12,16 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
+from utils.checks.core import (
+    CheckFailed,
+    Verdict,
+    answer_each,
+    answered,
+    expect_equal,
+    expect_reasoning,
+    own_work,
+    run_check,
+)
 
 # Exercise 0.4's prediction: the new bytes y = x[:, :256].contiguous().to(torch.bfloat16) keeps alive.
 PREDICT_SHAPE = (512, 512)
@@ -61,9 +70,10 @@ def written_bytes(state: dict) -> int:
 
 
 def expect_saved_state_bytes(saved_state_bytes: Callable[[dict], int], cases: list[tuple[str, dict]]) -> None:
-    saved_state_bytes = guarded(saved_state_bytes, written_bytes, torch.save, torch.serialization._save)
-    for label, state in cases:
-        expect_equal(saved_state_bytes(dict(state)), written_bytes(state), f"saved_state_bytes({label})",
+    with own_work(written_bytes, torch.save, torch.serialization._save):  # the answers first, in one batch
+        answers = answer_each(saved_state_bytes, [(dict(state),) for _, state in cases])
+    for (label, state), got in zip(cases, answers, strict=True):
+        expect_equal(got, written_bytes(state), f"saved_state_bytes({label})",
                      hint="torch.save writes each STORAGE once, and whole: two tensors that share a storage (tied "
                           "weights, views) cost it once, and a small slice of a big tensor writes all of the big "
                           "one (t.untyped_storage().nbytes()). Buffers are in a state_dict too.")
@@ -104,8 +114,9 @@ def check_format_bytes(format_bytes: Callable[[int], str]) -> Verdict:
 
 
 def expect_new_storage(new_storage_bytes: Callable, cases: list[tuple[str, Callable, torch.Tensor, int]]) -> None:
-    for label, fn, x, expected in cases:
-        expect_equal(new_storage_bytes(fn, x), expected, f"new_storage_bytes({label})",
+    answers = answer_each(new_storage_bytes, [(fn, x) for _, fn, x, _ in cases])  # in one batch
+    for (label, _, _, expected), got in zip(cases, answers, strict=True):
+        expect_equal(got, expected, f"new_storage_bytes({label})",
                      hint="a view shares x's storage (compare x.untyped_storage().data_ptr() with the result's); "
                           "otherwise the result keeps its WHOLE storage alive: result.untyped_storage().nbytes().")
 
