@@ -42,6 +42,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -660,6 +661,7 @@ def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir:
         cmd = [sys.executable, "-m", "utils.grade", "--one", str(path), "--result", str(out),
                "--labs", str(labs_dir), "--hidden", str(hidden_dir), "--time-limit", repr(time_limit_s)]
         env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")  # compiled caches of this submission's own
         try:
             done = subprocess.run(cmd, env=env, timeout=time_limit_s + 60, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, check=False, cwd=REPO_ROOT)
@@ -690,6 +692,43 @@ def _zeroed(path: Path, labs_dir: Path, reason: str) -> SubmissionScore:
         if not e.by_hand and reasoning_key(e) is not None:
             scores.append(_reasoning_unread(e))
     return SubmissionScore(path.name, name, scores, [reason])
+
+
+def _trusted_files(roots: list[Path]) -> dict[Path, bytes]:
+    """Every file under `roots` (the checks, the runner, the labs, the held-out cases: what a grade rests on) as
+    bytes, read before any submission runs. Compiled caches aside: the children read theirs elsewhere
+    (PYTHONPYCACHEPREFIX)."""
+    return {path: path.read_bytes() for root in roots for path in sorted(root.rglob("*"))
+            if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts}
+
+
+def _restore_trusted(files: dict[Path, bytes], roots: list[Path]) -> list[str]:
+    """The trusted files a submission changed, added or deleted (a check module rewritten, the held-out cases
+    removed), each put back as `_trusted_files` read it; [] when none was touched."""
+    touched: set[Path] = set()
+    for root in roots:
+        for path in root.rglob("*"):
+            if (path.is_file() or path.is_symlink()) and "__pycache__" not in path.parts and path not in files:
+                touched.add(path)
+                path.unlink()
+    for path, data in files.items():
+        try:
+            same = not path.is_symlink() and path.read_bytes() == data
+        except OSError:
+            same = False
+        if not same:
+            touched.add(path)
+            if path.is_symlink() or path.exists():
+                path.unlink()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    return sorted(str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p) for p in touched)
+
+
+def _tampered(path: Path, labs_dir: Path, touched: list[str]) -> SubmissionScore:
+    """A submission that changed the course's own files: no points, the files named for the instructor."""
+    return _zeroed(path, labs_dir, f"the submission changed the course's own files ({', '.join(touched[:4])}"
+                   f"{', ...' if len(touched) > 4 else ''}): they were put back; no points, read it by hand")
 
 
 def collect(paths: list[Path]) -> list[Path]:
@@ -917,9 +956,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cleared {stale} file(s) of the previous run from {args.csv_dir}/ (use --csv-dir to keep runs apart)")
     print(f"grading {len(paths)} notebook(s), {args.jobs} at a time, {args.time_limit:g} s each at most", flush=True)
     started = time.monotonic()
+    labs, hidden = args.labs.resolve(), args.hidden.resolve()
+    roots = [REPO_ROOT / "utils", REPO_ROOT / "grading", labs, hidden]
+    roots = [r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots)]  # each file once
+    files, lock, running, suspects = _trusted_files(roots), threading.Lock(), set(), set()
+
+    def grade(path: Path) -> SubmissionScore:
+        with lock:
+            running.add(path)
+        score = _grade_in_child(path.resolve(), labs, args.time_limit, hidden)
+        with lock:
+            if _restore_trusted(files, roots):  # any submission graded meanwhile may have changed them
+                suspects.update(running)
+            running.discard(path)
+        return score
+
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        scores = list(pool.map(lambda p: _grade_in_child(p.resolve(), args.labs.resolve(), args.time_limit,
-                                                         args.hidden.resolve()), paths))
+        scores = list(pool.map(grade, paths))
+    for i, path in enumerate(paths):  # graded again one at a time: the one that changes the files again scores 0
+        if path in suspects:
+            scores[i] = _grade_in_child(path.resolve(), labs, args.time_limit, hidden)
+            touched = _restore_trusted(files, roots)
+            if touched:
+                scores[i] = _tampered(path, labs, touched)
+                print(f"{path.name}: {scores[i].notes[-1]}", flush=True)
     try:
         print("\n" + report(scores, args.csv_dir))
         write_gradescope(scores, args.csv_dir / "gradescope")
