@@ -9,6 +9,7 @@ import csv
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -18,6 +19,20 @@ from tests.test_grade import RIGHT, submission
 from utils.grade import _restore_trusted, _trusted_files
 
 ROOT = Path(__file__).resolve().parent.parent
+# an answer cell that leaves a process running after its kernel (review 34c, A11), beating every 50 ms
+DAEMON = """import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        end = time.time() + 300
+        while time.time() < end:
+            open({beat!r}, "w").write(str(time.time()))
+            time.sleep(0.05)
+    os._exit(0)
+"""
 
 
 def test_a_changed_added_deleted_or_relinked_file_is_put_back_and_named(tmp_path):
@@ -58,6 +73,9 @@ def test_a_submission_that_rewrites_the_held_out_cases_scores_zero_and_the_next_
     subs.mkdir()
     nbformat.write(submission({**RIGHT, "0.1": cheat}), subs / "a_tamper_lab00_warmup.ipynb")
     nbformat.write(submission(RIGHT), subs / "b_honest_lab00_warmup.ipynb")
+    beat = tmp_path / "heartbeat"
+    daemon = DAEMON.format(beat=str(beat)) + "def packed_bytes(shape, bits):\n    return 0"
+    nbformat.write(submission({**RIGHT, "0.1": daemon}), subs / "c_daemon_lab00_warmup.ipynb")
     out = tmp_path / "grades"
     done = subprocess.run([sys.executable, "-m", "utils.grade", str(subs), "--jobs", "1", "--time-limit", "120",
                            "--csv-dir", str(out), "--labs", str(labs), "--hidden", str(hidden)],
@@ -70,3 +88,11 @@ def test_a_submission_that_rewrites_the_held_out_cases_scores_zero_and_the_next_
     assert "ch00.py" in tamper["notes"], tamper["notes"]
     assert honest["total"] == honest["max"] == "5", honest["notes"]  # held-out cases back for the next learner
     assert (hidden / "ch00.py").read_bytes() == before
+    # review 34c, A11: a daemon the answer left (double fork, a session of its own) rewrote the score file the
+    # grading child wrote; the score now comes through a pipe, and the grader stops what a submission left running
+    daemon_row = rows["c_daemon_lab00_warmup.ipynb"]
+    assert daemon_row["ex 0.1"] == "0" and daemon_row["total"] == "4", daemon_row["notes"]  # 0.1 wrong, the rest right
+    assert beat.exists(), "the daemon never ran"
+    last = beat.stat().st_mtime_ns
+    time.sleep(1.0)
+    assert beat.stat().st_mtime_ns == last, "the daemon outlived the grading run"

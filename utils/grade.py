@@ -655,24 +655,83 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
 
 
 def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir: Path) -> SubmissionScore:
-    """Grade in a child process, killed if it outlives the time limit by a minute (kernel start, cleanup)."""
-    with tempfile.TemporaryDirectory(prefix="grade-result-") as tmp:
-        out = Path(tmp) / "score.json"
-        cmd = [sys.executable, "-m", "utils.grade", "--one", str(path), "--result", str(out),
+    """Grade in a child process, killed if it outlives the time limit by a minute (kernel start, cleanup). The score
+    comes back through a pipe that only the child holds (its kernel and anything the kernel starts do not inherit
+    it): a score file could be rewritten by a process the submission left running."""
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
+        cmd = [sys.executable, "-m", "utils.grade", "--one", str(path), "--result-fd", str(write_fd),
                "--labs", str(labs_dir), "--hidden", str(hidden_dir), "--time-limit", repr(time_limit_s)]
         env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
         env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")  # compiled caches of this submission's own
         try:
-            done = subprocess.run(cmd, env=env, timeout=time_limit_s + 60, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, check=False, cwd=REPO_ROOT)
+            with _STARTING:
+                child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         pass_fds=(write_fd,), cwd=REPO_ROOT)
+                _RUNNING.add(child.pid)
+        finally:
+            os.close(write_fd)
+        received: list[bytes] = []
+        reader = threading.Thread(target=lambda: received.append(_read_all(read_fd)), daemon=True)
+        reader.start()
+        try:
+            _, stderr = child.communicate(timeout=time_limit_s + 60)
         except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
             return _zeroed(path, labs_dir, f"killed after {time_limit_s + 60:g} s: over the time limit")
-        if not out.exists():
-            last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1][:300]
-            return _zeroed(path, labs_dir, f"the grading process died before writing a score ({last})")
-        data = json.loads(out.read_text())
+        finally:
+            _RUNNING.discard(child.pid)
+        reader.join(timeout=10)
+    try:
+        data = json.loads(received[0])
         return SubmissionScore(data["submission"], data["lab"], [ExerciseScore(**e) for e in data["exercises"]],
                                data["notes"], data.get("answers", {}))
+    except (IndexError, ValueError, TypeError, KeyError):
+        last = (stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1][:300]
+        return _zeroed(path, labs_dir, f"the grading process died before sending a score ({last})")
+
+
+_RUNNING: set[int] = set()  # the grading children at work now (their pids)
+_STARTING = threading.Lock()  # held while a grading child starts and while leftovers are stopped
+
+
+def _adopt_orphans() -> bool:
+    """On Linux, make this process the reaper of its orphaned descendants: a process a submission leaves running
+    (double-forked, in a session of its own) then becomes a child of the grader, which can stop it."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _stop_leftovers() -> list[int]:
+    """Kill and reap this process's children other than the grading children at work: what a finished submission
+    left running (adopted by `_adopt_orphans`); the pids stopped."""
+    import signal
+
+    with _STARTING:
+        children: set[int] = set()
+        for task in Path("/proc/self/task").glob("*"):
+            try:
+                children.update(int(p) for p in (task / "children").read_text().split())
+            except (OSError, ValueError):
+                continue
+        stopped = sorted(children - _RUNNING)
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+    return stopped
+
+
+def _read_all(fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as stream:
+        return stream.read()
 
 
 def _zeroed(path: Path, labs_dir: Path, reason: str) -> SubmissionScore:
@@ -925,19 +984,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="also write the (single) submission's Gradescope results here, e.g. "
                              "/autograder/results/results.json")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--result-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.labs.is_dir() or not any(args.labs.glob("*.ipynb")):
         parser.error(f"--labs {args.labs}: not a folder of lab notebooks")
     if not args.hidden.is_dir():
         parser.error(f"--hidden {args.hidden}: no such folder")
     if args.one:  # the child process: grade one notebook, write its score as JSON
+        if args.result_fd is None:
+            parser.error("--one needs --result-fd")
+        os.set_inheritable(args.result_fd, False)  # not for the kernel, nor anything it starts
         try:
             result = grade_notebook(args.one, labs_dir=args.labs, time_limit_s=args.time_limit,
                                     hidden_dir=args.hidden)
         except Exception as exc:  # a grader bug or a broken lab: a score with the reason, not a silent death
             result = _zeroed(args.one, args.labs, f"the grader failed: {type(exc).__name__}: {exc}"[:300])
-        args.result.write_text(json.dumps(asdict(result)))
+        with os.fdopen(args.result_fd, "wb") as pipe:
+            pipe.write(json.dumps(asdict(result)).encode())
         return 0
     if not args.paths:
         parser.error("name at least one submitted notebook or folder")
@@ -961,11 +1024,15 @@ def main(argv: list[str] | None = None) -> int:
     roots = [r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots)]  # each file once
     files, lock, running, suspects = _trusted_files(roots), threading.Lock(), set(), set()
 
+    adopted = _adopt_orphans()
+
     def grade(path: Path) -> SubmissionScore:
         with lock:
             running.add(path)
         score = _grade_in_child(path.resolve(), labs, args.time_limit, hidden)
         with lock:
+            if adopted:
+                _stop_leftovers()
             if _restore_trusted(files, roots):  # any submission graded meanwhile may have changed them
                 suspects.update(running)
             running.discard(path)
@@ -976,6 +1043,8 @@ def main(argv: list[str] | None = None) -> int:
     for i, path in enumerate(paths):  # graded again one at a time: the one that changes the files again scores 0
         if path in suspects:
             scores[i] = _grade_in_child(path.resolve(), labs, args.time_limit, hidden)
+            if adopted:
+                _stop_leftovers()
             touched = _restore_trusted(files, roots)
             if touched:
                 scores[i] = _tampered(path, labs, touched)
