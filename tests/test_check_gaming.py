@@ -495,3 +495,23 @@ def test_own_work_sees_a_renamed_reference() -> None:
             alias(torch.ones(3), 1.0)
     with own_work(ch03.reference_flushed):
         math.sqrt(struct.calcsize("e"))  # unrelated calls are fine
+
+
+def test_own_work_sees_a_format_made_without_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review 34c, A3: 2.1 decoded by `.half()` and an int16 bit view (no call names float16) passed; the dtype
+    watch now sees a call that takes or makes a tensor of a watched format."""
+    from utils.checks import ch02
+    from utils.checks.core import CheckFailed, own_work
+
+    def decode(code: int) -> float:
+        t = torch.empty(1).half()
+        t.view(torch.int16).fill_(code - 2**16 if code >= 2**15 else code)
+        return t.item()
+
+    with pytest.raises(CheckFailed, match="float16"):
+        with own_work(dtypes=(torch.float16,)):
+            decode(0x3C00)
+    monkeypatch.delenv(STRICT_ENV, raising=False)  # the verdict itself, not the strict run's AssertionError
+    assert "float16" in ch02.check_decode_fp16(decode).message
+    with own_work(dtypes=(torch.float16,)):
+        torch.ones(2).sum()  # FP32 work is fine

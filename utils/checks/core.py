@@ -242,19 +242,30 @@ TORCHAO_FP8 = ("torchao.float8.float8_utils:to_fp8_saturated", "torchao.float8.f
 
 
 class _DtypeWatch(torch.overrides.TorchFunctionMode):
-    """Records the first torch call that names one of `dtypes` (a cast or a bit view into that format)."""
+    """Records the first torch call that names one of `dtypes` (a cast or a bit view into that format), takes a
+    tensor of one, or makes one (`.half()`, which names no dtype: review 34c, A3)."""
 
     def __init__(self, dtypes: set[torch.dtype], hits: list[str]) -> None:
         super().__init__()
         self.dtypes, self.hits = dtypes, hits
 
+    def _format(self, values: Any) -> torch.dtype | None:
+        for v in values:
+            if isinstance(v, torch.dtype) and v in self.dtypes:
+                return v
+            if isinstance(v, torch.Tensor) and v.dtype in self.dtypes:
+                return v.dtype
+            if isinstance(v, list | tuple) and (found := self._format(v)) is not None:
+                return found
+        return None
+
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if not self.hits:
-            named = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.dtype) and a in self.dtypes]
-            if named:
-                self.hits.append(f"torch's {getattr(func, '__name__', 'cast')} to {named[0]}")
-        return func(*args, **kwargs)
+        named = None if self.hits else self._format((*args, *kwargs.values()))
+        out = func(*args, **kwargs)
+        if not self.hits and (named := named or self._format((out,))) is not None:
+            self.hits.append(f"torch's {getattr(func, '__name__', 'cast')} to {named}")
+        return out
 
 
 def _module_of(code: Any) -> str:
