@@ -117,6 +117,19 @@ def test_a_chapter_page_in_chromium(site: Path) -> None:
                     assert rendered >= printed and raw == 0, (
                         f"{chapter.stem}: the chapter prints {printed} Markdown tables, the page renders {rendered} "
                         f"as tables and shows {raw} as a paragraph of pipes")
+                # review 37c: printed lines ran past the column (scrolled sideways) and the planner snapshot's table
+                # ran its columns together
+                page.goto(f"{base}/notebooks/09_capstone_fit_a_model.html")
+                page.wait_for_selector("div.cell_output", timeout=30_000)
+                cut = page.evaluate("() => [...document.querySelectorAll('div.cell_output pre')]"
+                                    ".filter(p => p.scrollWidth > p.clientWidth + 2)"
+                                    ".map(p => p.innerText.slice(0, 60))")
+                assert cut == [], f"printed lines cut at the column's edge: {cut[:3]}"
+                snapshot = page.locator("div.cell_output", has_text="Static snapshot of this panel").first
+                assert "19.7 GiB per GPU" in snapshot.inner_text()  # the plan's verdict, in the snapshot
+                padding = snapshot.locator("table td").first.evaluate("td => getComputedStyle(td).paddingLeft")
+                assert float(padding.removesuffix("px")) > 0, padding
+                page.screenshot(path=str(ARTIFACTS / "book_chapter09_snapshot.png"))
                 page.goto(f"{base}/search.html?q=binade")
                 page.wait_for_selector("#search-results li", timeout=30_000)
                 assert page.locator("#search-results li").count() > 0

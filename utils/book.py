@@ -59,7 +59,15 @@ nb_render_markdown_format = "myst"
 myst_heading_anchors = 3
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
 exclude_patterns = ["_build"]
+html_static_path = ["_static"]
+html_css_files = ["course.css"]
 '''
+
+# Printed output wraps between words instead of running past the column (a plan's verdict, "19.4 of 19.7 GiB per GPU
+# (fits)", was reachable only by scrolling its block sideways), and a panel snapshot's table gets cell padding.
+CSS = """div.cell_output div.highlight pre { white-space: pre-wrap; word-break: normal; overflow-wrap: break-word; }
+div.cell_output table td, div.cell_output table th { padding: 0.2em 0.7em; }
+"""
 
 
 def _chapters(root: Path = REPO_ROOT) -> list[Path]:
@@ -172,6 +180,8 @@ def prepare(src: Path, url: str | None = None, root: Path = REPO_ROOT) -> Path:
         "(made by `make claims` from the same files).\n\n" + claims_ledger(root / "results") + "\n", encoding="utf-8")
     (src / "index.md").write_text(_index(chapters, pages), encoding="utf-8")
     (src / "conf.py").write_text(CONF.format(url=url), encoding="utf-8")
+    (src / "_static").mkdir()
+    (src / "_static" / "course.css").write_text(CSS, encoding="utf-8")
     return src
 
 
