@@ -288,7 +288,7 @@ def run_label(run: dict[str, Any]) -> str:
     if not (isinstance(device, dict) and isinstance(device.get("name"), str)):
         raise TypeError(f"run must be a saved run's dict with a device name, got {run!r:.80}")
     name = run["device"]["name"].split("(")[0].strip()
-    kind = "GPU run" if run["device"].get("type") == "cuda" else "the course's CPU reference run"
+    kind = "GPU run" if run["device"].get("type") == "cuda" else "a CPU reference run of the course"
     return f"{name} ({kind}, {run.get('size', '?')} size)"
 
 
@@ -337,8 +337,7 @@ def claims_summary(root: Path | None = None, width: int = 100) -> str:
     verdicts: dict[str, list[str]] = {cid: [] for cid in claims}
     for run in _saved_runs(root):
         for rec in run.get("claims", []):
-            where = run_label(run)[:-1]  # "name (kind, size" and the chapter inside the same parentheses
-            verdicts.setdefault(rec["id"], []).append(f"{rec['verdict']} ({where}, ch{run['chapter'][:2]})")
+            verdicts.setdefault(rec["id"], []).append(f"{rec['verdict']}: {run_label(run)}, ch{run['chapter'][:2]}")
     legend = ["Verdicts: " + "; ".join(f"{k} = {v}" for k, v in VERDICT_LEGEND.items())]
     lines = [textwrap.fill(legend[0], width=width), ""]
     for cid, (text, _) in claims.items():  # the claim in full, wrapped under its verdicts (never cut)
