@@ -156,3 +156,28 @@ def test_the_panels_labels_are_whole_and_its_text_wraps_at_words():
         style = [w for w in panel.widget.children if getattr(w, "value", "") == WORD_WRAP_CSS]
         assert len(style) == 1 and style[0].layout.display == "none"
     assert ".course-panel .jp-OutputArea-output pre" in WORD_WRAP_CSS and "word-break: normal" in WORD_WRAP_CSS
+
+
+def test_a_ledger_line_has_one_colour_in_every_plans_figure():
+    """Review 37c: chapter 09's "optimizer states" bar had chapter 10's "gradients" colour (colours followed the order
+    the lines appeared in each plan)."""
+    def colours(p) -> dict[str, tuple]:
+        fig = plan_figure(p, "t")
+        legend = fig.legends[0]
+        found = {t.get_text(): tuple(h.get_facecolor()) for t, h in zip(legend.get_texts(), legend.legend_handles,
+                                                                         strict=True)}
+        plt.close(fig)
+        return found
+
+    from utils.architectures import shape_of_model
+
+    # chapter 09's planner and chapter 10's layout panel, as they first open
+    single = colours(plan(shape_of_model("Llama-3-8B", 4096), usable_budget(int(REPORTED_GIB["A10G (24 GB)"] * GIB)),
+                          32, allow_lora=True, allow_offload=True, host_bytes=128 * GIB, chunked_loss=1024,
+                          capability=(8, 6)))
+    sharded = colours(plan(shape_of_model("Llama-2-70B", 4096), usable_budget(80 * GIB), 16, n_gpus=8,
+                           allow_lora=False, allow_offload=False, host_bytes=128 * GIB, capability=(9, 0)))
+    shared = set(single) & set(sharded)
+    assert {"weights", "gradients", "optimizer states"} <= shared
+    assert all(single[k] == sharded[k] for k in shared), {k: (single[k], sharded[k]) for k in shared}
+    assert len(set(single.values())) == len(single)  # no two lines of one figure alike

@@ -1112,6 +1112,14 @@ def _short(reason: str) -> str:
     return reason.split(" (")[0].split(":")[0]
 
 
+# Each ledger line keeps one colour in every plan's figure (chapter 09's "optimizer states" were chapter 10's
+# "gradients" colour when colours followed the order the lines appeared in); a line not listed takes one of the rest.
+FIGURE_LINES = ("weights", "gradients", "optimizer states", "saved activations", "logits (FP32, loss forward)",
+                "logits gradient (FP32)", "optimizer step temporaries", "recomputed block", "autocast weight cache",
+                "LoRA intermediates", "dequantized matrix (NF4)", "gathered blocks (ZeRO-3)", "pinned staging buffers",
+                "FP32 master weights", "FP32 gradient buffer", "log-probabilities")
+
+
 def plan_figure(p: Plan, title: str = "") -> Any:
     """One horizontal stacked bar per step of `p` (the ledger after each technique, in GiB, the same lines in the
     same colours on every bar) against a line at the usable budget, labelled with the figure the text prints
@@ -1126,7 +1134,9 @@ def plan_figure(p: Plan, title: str = "") -> Any:
         raise TypeError(f"title must be a str, got {type(title).__name__}")
     steps = p.history_parts or [("plan", p.parts)]
     lines = list(dict.fromkeys(k for _, parts in steps for k in parts if parts[k] > 0))
-    colours = {k: plt.get_cmap("tab20")(i % 20) for i, k in enumerate(lines)}
+    palette, extra = plt.get_cmap("tab20"), [k for k in lines if k not in FIGURE_LINES]
+    colours = {k: palette(FIGURE_LINES.index(k) if k in FIGURE_LINES else len(FIGURE_LINES) + extra.index(k) % 4)
+               for k in lines}
     budget = p.budget / GIB
     zoom = 2.5 * budget
     largest = max(sum(parts.values()) for _, parts in steps) / GIB
