@@ -659,30 +659,28 @@ def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir:
     comes back through a pipe that only the child holds (its kernel and anything the kernel starts do not inherit
     it): a score file could be rewritten by a process the submission left running."""
     read_fd, write_fd = os.pipe()
-    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-        cmd = [sys.executable, "-m", "utils.grade", "--one", str(path), "--result-fd", str(write_fd),
-               "--labs", str(labs_dir), "--hidden", str(hidden_dir), "--time-limit", repr(time_limit_s)]
-        env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
-        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")  # compiled caches of this submission's own
-        try:
-            with _STARTING:
-                child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         pass_fds=(write_fd,), cwd=REPO_ROOT)
-                _RUNNING.add(child.pid)
-        finally:
-            os.close(write_fd)
-        received: list[bytes] = []
-        reader = threading.Thread(target=lambda: received.append(_read_all(read_fd)), daemon=True)
-        reader.start()
-        try:
-            _, stderr = child.communicate(timeout=time_limit_s + 60)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.communicate()
-            return _zeroed(path, labs_dir, f"killed after {time_limit_s + 60:g} s: over the time limit")
-        finally:
-            _RUNNING.discard(child.pid)
-        reader.join(timeout=10)
+    cmd = [sys.executable, "-m", "utils.grade", "--one", str(path), "--result-fd", str(write_fd),
+           "--labs", str(labs_dir), "--hidden", str(hidden_dir), "--time-limit", repr(time_limit_s)]
+    env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
+    try:
+        with _STARTING:
+            child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     pass_fds=(write_fd,), cwd=REPO_ROOT)
+            _RUNNING.add(child.pid)
+    finally:
+        os.close(write_fd)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(_read_all(read_fd)), daemon=True)
+    reader.start()
+    try:
+        _, stderr = child.communicate(timeout=time_limit_s + 60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        return _zeroed(path, labs_dir, f"killed after {time_limit_s + 60:g} s: over the time limit")
+    finally:
+        _RUNNING.discard(child.pid)
+    reader.join(timeout=10)
     try:
         data = json.loads(received[0])
         return SubmissionScore(data["submission"], data["lab"], [ExerciseScore(**e) for e in data["exercises"]],
@@ -755,8 +753,7 @@ def _zeroed(path: Path, labs_dir: Path, reason: str) -> SubmissionScore:
 
 def _trusted_files(roots: list[Path]) -> dict[Path, bytes]:
     """Every file under `roots` (the checks, the runner, the labs, the held-out cases: what a grade rests on) as
-    bytes, read before any submission runs. Compiled caches aside: the children read theirs elsewhere
-    (PYTHONPYCACHEPREFIX)."""
+    bytes, read before any submission runs. Compiled caches aside (Python writes them as it imports)."""
     return {path: path.read_bytes() for root in roots for path in sorted(root.rglob("*"))
             if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts}
 
