@@ -630,14 +630,7 @@ def _child_answer(write_fd: int, fn: Any, calls: list[tuple[Any, Any]], keep: se
         _child_setup()
         _clear_stack(sys._getframe(1), keep)
         gc.collect()
-        state = (torch.get_rng_state(), random.getstate())
-        replies: list[dict[str, Any]] = []
-        for args, kwargs in calls:
-            torch.set_rng_state(state[0])
-            random.setstate(state[1])
-            replies.append(_answer(fn, args, kwargs))
-            if "value" not in replies[-1]:
-                break
+        replies = _answer_in_turn(fn, calls, (torch.get_rng_state(), random.getstate()), None)
         with os.fdopen(write_fd, "wb") as out:
             _send_line(out, {"each": replies})
     finally:
@@ -704,15 +697,31 @@ def _rng_state(data: dict[str, Any]) -> tuple[Any, tuple]:
                                                                                              gauss)
 
 
+def _answer_in_turn(fn: Any, calls: list[tuple[Any, Any]], rng: tuple | None, memory_limit_mb: float | None,
+                    replies: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The replies to calls made one after another, each from the random state `rng` (torch's, Python's; None:
+    as it is), appended to `replies`; the batch ends at the first call that does not answer with a value."""
+    import random
+
+    import torch
+
+    replies = [] if replies is None else replies
+    for args, kwargs in calls:
+        if rng is not None:
+            torch.set_rng_state(rng[0])
+            random.setstate(rng[1])
+        replies.append(_answer(fn, args, kwargs, memory_limit_mb))
+        if "value" not in replies[-1]:
+            break
+    return replies
+
+
 def _answer_each(fn: Any, calls: list[dict], watch: tuple | None, rng: tuple | None,
                  memory_limit_mb: float | None) -> list[dict[str, Any]]:
     """In the answer process: the replies to calls sent as data, under the check's watch (entered once for the
     batch), each call from the check's random state as in the kernel; the batch ends at the first call that does not
     answer with a value."""
     import contextlib
-    import random
-
-    import torch
 
     import utils.checks.core as core
     from utils.checks import wire
@@ -728,13 +737,7 @@ def _answer_each(fn: Any, calls: list[dict], watch: tuple | None, rng: tuple | N
         with core.own_work(*watch[0], **watch[1]) if watch else contextlib.nullcontext():
             if watch:
                 found = core.WATCHING[-1].hits
-            for args, kwargs in decoded:
-                if rng is not None:
-                    torch.set_rng_state(rng[0])
-                    random.setstate(rng[1])
-                replies.append(_answer(fn, args, kwargs, memory_limit_mb))
-                if "value" not in replies[-1]:
-                    break
+            _answer_in_turn(fn, decoded, rng, memory_limit_mb, replies)
     except BaseException as exc:  # noqa: BLE001 - the watch failed the batch (its hits say why)
         replies[-1:] = [{"raised": type(exc).__name__, "message": str(exc)[:500]}]
     for reply in replies:
@@ -780,45 +783,36 @@ class AnswerProcess:
                 watch = _watch_parts(request["watch"])
             elif "rng" in request:
                 rng = _rng_state(request["rng"])
-            elif "each" in request:
+            else:
                 _send_line(replies, {"each": _answer_each(self.functions[request["key"]], request["each"], watch,
                                                           rng, memory_limit_mb)})
-            else:
-                _send_line(replies, _answer_each(self.functions[request["key"]], [request], watch, rng,
-                                                 memory_limit_mb)[0])
 
     def ask(self, key: str, fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
-        """The reply to fn(*args, **kwargs): from the answer process where the arguments are plain data, else from a
-        fork of the kernel made for this call; in the kernel itself only where os.fork is missing."""
-        import random
-
-        import torch
-
-        sent = self._as_data(key, fn, [(args, kwargs)])
-        if sent is not None:
-            self._send({"key": key, **sent[0]})
-            return _read_line(self.back)
-        if self.fork:
-            return _forked_each(fn, [(args, kwargs)])[0]
-        state = random.getstate()
-        try:
-            with torch.random.fork_rng(devices=[]):  # the learner's random numbers are not the check's
-                return _answer(fn, args, kwargs, same_process=True)
-        finally:
-            random.setstate(state)
+        """The reply to fn(*args, **kwargs): a batch of one (`ask_each`)."""
+        return next(self.ask_each(key, fn, [(args, kwargs)]))
 
     def ask_each(self, key: str, fn: Any, calls: list[tuple[Any, Any]]) -> Iterator[dict[str, Any]]:
         """The replies to fn(*args, **kwargs) for each (args, kwargs) in `calls`, in order: the whole batch in one
         exchange with the answer process where every argument is plain data, else in one fork of the kernel (both
         stop at the first call that raises); in this process only where os.fork is missing, one call at a time as
         the caller takes its reply."""
+        import random
+
+        import torch
+
         sent = self._as_data(key, fn, calls)
         if sent is None and self.fork:  # arguments that are not plain data: one fork of the kernel for the batch
             yield from _forked_each(fn, calls)
             return
         if sent is None:
             for args, kwargs in calls:
-                yield self.ask(key, fn, args, kwargs)
+                state = random.getstate()
+                try:
+                    with torch.random.fork_rng(devices=[]):  # the learner's random numbers are not the check's
+                        reply = _answer(fn, args, kwargs, same_process=True)
+                finally:
+                    random.setstate(state)
+                yield reply
             return
         for start in range(0, len(sent), BATCH):
             self._send({"key": key, "each": sent[start:start + BATCH]})

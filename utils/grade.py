@@ -705,9 +705,9 @@ def _adopt_orphans() -> bool:
         return False
 
 
-def _stop_leftovers() -> list[int]:
+def _stop_leftovers() -> None:
     """Kill and reap this process's children other than the grading children at work: what a finished submission
-    left running (adopted by `_adopt_orphans`); the pids stopped."""
+    left running (adopted by `_adopt_orphans`)."""
     import signal
 
     with _STARTING:
@@ -717,14 +717,12 @@ def _stop_leftovers() -> list[int]:
                 children.update(int(p) for p in (task / "children").read_text().split())
             except (OSError, ValueError):
                 continue
-        stopped = sorted(children - _RUNNING)
-        for pid in stopped:
+        for pid in children - _RUNNING:
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-    return stopped
 
 
 def _read_all(fd: int) -> bytes:
@@ -1020,29 +1018,28 @@ def main(argv: list[str] | None = None) -> int:
     roots = [REPO_ROOT / "utils", REPO_ROOT / "grading", labs, hidden]
     roots = [r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots)]  # each file once
     files, lock, running, suspects = _trusted_files(roots), threading.Lock(), set(), set()
-
     adopted = _adopt_orphans()
 
-    def grade(path: Path) -> SubmissionScore:
+    def grade(path: Path) -> tuple[SubmissionScore, list[str]]:
+        """The submission's score, and the trusted files found changed once it is done (put back): every submission
+        graded meanwhile becomes a suspect."""
         with lock:
             running.add(path)
         score = _grade_in_child(path.resolve(), labs, args.time_limit, hidden)
         with lock:
             if adopted:
                 _stop_leftovers()
-            if _restore_trusted(files, roots):  # any submission graded meanwhile may have changed them
+            touched = _restore_trusted(files, roots)
+            if touched:
                 suspects.update(running)
             running.discard(path)
-        return score
+        return score, touched
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        scores = list(pool.map(grade, paths))
+        scores = [score for score, _ in pool.map(grade, paths)]
     for i, path in enumerate(paths):  # graded again one at a time: the one that changes the files again scores 0
         if path in suspects:
-            scores[i] = _grade_in_child(path.resolve(), labs, args.time_limit, hidden)
-            if adopted:
-                _stop_leftovers()
-            touched = _restore_trusted(files, roots)
+            scores[i], touched = grade(path)
             if touched:
                 scores[i] = _tampered(path, labs, touched)
                 print(f"{path.name}: {scores[i].notes[-1]}", flush=True)
