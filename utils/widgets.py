@@ -149,7 +149,6 @@ def _recording(shown: list[tuple[str, Any]]) -> Iterator[None]:
     from IPython import get_ipython
 
     stdout = sys.stdout
-
     publishing = []  # a display being published: a publisher that writes it to stdout is not printing
 
     class Tee(io.TextIOBase):
