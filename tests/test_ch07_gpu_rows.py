@@ -182,3 +182,16 @@ def test_sources_are_pinned_and_sharding_is_chapter_10():
     ch10 = (ROOT / "notebooks" / "10_beyond_one_gpu.ipynb").read_text(encoding="utf-8")
     assert "github.com/pytorch/pytorch/blob/main/" not in ch10
     assert json.loads(ch10)["cells"][0]["source"]  # chapter 10 exists where the link points
+
+
+def test_the_reading_quotes_the_h100_row_of_the_current_probe():
+    """The reading's H100 figures (allocated, reserved before and after, the freed segment) are the committed run's."""
+    runs = [r for r in _gpu_runs("empty_cache_MiB") if r["device"]["name"].startswith("NVIDIA H100")]
+    prose = " ".join(_prose().split())
+    for r in runs:
+        v = r["figures"]["empty_cache_MiB"]["value"]
+        assert "freed_MiB" in v and v["allocated"][0] == v["allocated"][1]
+        said = (f"allocated stayed at {v['allocated'][0]:,.0f} MiB, and reserved fell from {v['reserved'][0]:,.0f} "
+                f"to {v['reserved'][1]:,.0f} MiB, by the {v['freed_MiB']:,.0f} MiB of the freed tensor's own segment")
+        assert said in prose
+        assert round(v["reserved"][0] - v["reserved"][1]) == round(v["freed_MiB"])

@@ -45,6 +45,16 @@ def test_snapshot_of_tables_and_errors() -> None:
     assert "n must be even" in panel.static_html()
 
 
+def test_markdown_snapshot_without_mistune(monkeypatch) -> None:
+    """A kernel without mistune (the H100 host's had none: chapter 04's snapshot came out empty and its assertion
+    failed) still shows the table, as its Markdown source."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mistune", None)  # `import mistune` now raises ImportError
+    panel = Panel(lambda n: Markdown(f"| op | calls |\n|---|---|\n| addmm | {n} |"), {"n": slider(4, 1, 9)})
+    assert "| addmm | 4 |" in panel.static_html()
+
+
 def test_snapshot_keeps_what_the_first_run_printed_and_displayed_in_order() -> None:
     """A planner prints its plan, displays a table, then returns its figure: a reader without a kernel sees all
     three, in that order (chapter 09's snapshot once held the figure alone, and the prose quoted the printed plan)."""

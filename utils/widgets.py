@@ -210,8 +210,10 @@ def _bundle_html(data: Mapping[str, Any]) -> str:
     if "text/html" in data:
         return str(data["text/html"])
     if "text/markdown" in data:
-        import mistune
-
+        try:  # mistune comes with Jupyter's nbconvert, not with every kernel's environment (the GPU host's had none)
+            import mistune
+        except ImportError:
+            return _pre(data["text/markdown"])  # the Markdown source: a pipe table still reads as a table
         # class "table": the website's theme styles its own tables by it (a bare table ran its columns together)
         return str(mistune.html(data["text/markdown"])).replace("<table>", '<table class="table">')
     if "image/png" in data:
