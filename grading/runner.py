@@ -602,6 +602,9 @@ def _forked_each(fn: Any, calls: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
     memory page by page (0.3 s of a 0.35 s call in a grading kernel)."""
     import os
 
+    import utils.checks.core as core
+
+    core.TRUSTED_FORKS.add(_forked_each.__code__)  # this fork, made inside the check's watch, is the grader's
     keep = _reachable((fn, calls, *_hooks()))
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -757,6 +760,9 @@ class AnswerProcess:
         self.fork = fork and hasattr(os, "fork")  # False: every call is answered here (a test's in-process run)
         if not functions or not self.fork:
             return
+        import utils.checks.core as core
+
+        core.TRUSTED_FORKS.add(AnswerProcess.__init__.__code__)  # the grader's, should a check's watch be open
         gc.collect()
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()

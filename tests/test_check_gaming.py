@@ -515,3 +515,57 @@ def test_own_work_sees_a_format_made_without_naming_it(monkeypatch: pytest.Monke
     assert "float16" in ch02.check_decode_fp16(decode).message
     with own_work(dtypes=(torch.float16,)):
         torch.ones(2).sum()  # FP32 work is fine
+
+
+def test_own_work_sees_a_process_started_by_the_answer() -> None:
+    """Review 34c, A5: an answer that forked and ran the library in the child (0.2, 1.1) or in a subprocess was not
+    seen, since the watch lives in the calling process; starting a process inside the block now fails it."""
+    import os
+    import subprocess
+    import sys
+
+    from utils.checks.core import CheckFailed, own_work
+
+    def forked() -> int:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        return 0
+
+    with pytest.raises(CheckFailed, match="fork"):
+        with own_work(ch03.reference_flushed):
+            forked()
+    with pytest.raises(CheckFailed, match="fork_exec"):
+        with own_work(ch03.reference_flushed):
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+    forked()  # outside a watch, a process is the learner's business
+
+
+def test_the_graders_own_fork_is_not_the_learners() -> None:
+    """The grader's fork that answers a batch of tensor calls (grading/runner.py) runs inside the check's watch; it
+    is not reported as the learner's process."""
+    from grading.runner import _forked_each
+    from utils.checks.core import own_work
+
+    with own_work(ch03.reference_flushed):
+        replies = _forked_each(lambda t: float(t.sum()), [((torch.ones(3),), {})])
+    assert replies[0].get("value") == 3.0, replies
+
+
+def test_own_work_sees_a_copy_of_the_reference_with_its_strings_changed() -> None:
+    """Review 34c, A4: 2.2's reference read from disk and run with its docstrings changed was 'the learner's own'."""
+    import inspect as _inspect
+    import textwrap
+
+    from utils.checks import ch02
+    from utils.checks.core import CheckFailed, own_work
+
+    source = textwrap.dedent(_inspect.getsource(ch02.reference_round)).replace('"""', '""" ')
+    namespace = dict(vars(ch02))
+    exec(compile(source, "my_notes.py", "exec"), namespace)  # noqa: S102
+    copy = namespace["reference_round"]
+    assert copy.__code__ is not ch02.reference_round.__code__
+    with pytest.raises(CheckFailed, match="reference_round"):
+        with own_work(ch02.reference_round):
+            copy(1.0, 5, 10)

@@ -219,7 +219,24 @@ def test_an_answer_tuned_to_the_public_cases_loses_the_held_out_half(graded):
     results = json.loads((folder / "results.json").read_text())
     held = {t["number"]: t for t in results["tests"]}
     assert held["0.3"]["score"] == 1 and held["0.3.h"]["score"] == 0 and held["0.3.h"]["max_score"] == 1
-    assert held["0.3.h"]["visibility"] == "after_published" and "expected" in held["0.3.h"]["output"]
+    out = held["0.3.h"]["output"]  # the learner sees that a held-out case failed, not the case (review 34c, M1)
+    assert held["0.3.h"]["visibility"] == "after_published" and out.startswith("held-out cases: failed")
+    assert "format_bytes(" not in out and "expected one on a case you were not shown" in out
+
+
+def test_the_learner_sees_no_held_out_case_and_the_instructor_does() -> None:
+    from utils.grade import ExerciseScore, SubmissionScore, _lost, gradescope_results
+
+    reason = ("public cases: passed | held-out cases: failed: expected packed_bytes((), bits=32) = 4, got -7")
+    e = ExerciseScore("0.2", 1.0, 2.0, "partial", reason, public="passed", hidden="failed", hidden_max=1.0)
+    s = SubmissionScore("a.ipynb", "lab00_warmup", [e])
+    tests = {t["number"]: t for t in gradescope_results(s)["tests"]}
+    assert "packed_bytes" not in tests["0.2.h"]["output"] and "-7" not in tests["0.2.h"]["output"]
+    assert any("packed_bytes((), bits=32) = 4" in line for line in _lost(s))  # the CSV notes column
+    watched = "public cases: passed | held-out cases: failed: got a call to reference_round"
+    e = ExerciseScore("2.2", 1.0, 2.0, "partial", watched, public="passed", hidden="failed", hidden_max=1.0)
+    tests = {t["number"]: t for t in gradescope_results(SubmissionScore("a", "lab02", [e]))["tests"]}
+    assert tests["2.2.h"]["output"] == "held-out cases: failed: got a call to reference_round"
 
 
 @pytest.mark.slow
@@ -366,6 +383,10 @@ def test_importing_a_checks_reference_is_reported():
     looks = nbformat.read(ch04, as_version=4)
     looks.cells.append(nbformat.v4.new_code_cell("from utils.checks.ch04 import RetrievalScorer"))
     assert reference_imports(looks, nbformat.read(ch04, as_version=4)) == []
+    # a string that names a check module is not an import (review 34c, M2: it zeroed the whole notebook)
+    said = nbformat.read(SOLUTION, as_version=4)
+    said.cells.append(nbformat.v4.new_code_cell("note = 'utils.checks holds the checks; grading the graders'"))
+    assert reference_imports(said, lab) == []
 
 
 def test_reasons_read_by_the_instructor_say_what_was_found(monkeypatch):

@@ -113,3 +113,22 @@ def test_answer_cells_reaching_into_the_checks_are_listed_for_the_instructor() -
     lines = internals_used(nb)
     assert len(lines) == 2 and "exercise 1.3 uses __globals__" in lines[0], lines
     assert "spec_from_file_location" in lines[1] and "a path into the checks" in lines[1], lines
+
+
+def test_the_review_34c_dodges_of_the_scan_are_listed() -> None:
+    """A4: a check's source read from a path built from `utils.__file__` and run with `builtins.exec`; M2: a check
+    module imported by a split string; A5: a fork in the answer. Each is now listed for the instructor."""
+    from utils.grade import internals_used
+
+    cell = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("import os, builtins, utils\nsrc = open(os.path.join(os.path.dirname(utils.__file__), 'checks', 'ch' + "
+             "'02.py')).read()\nbuiltins.exec(src, {})"),
+        cell("import importlib\nm = importlib.import_module('utils.' + 'checks.ch02')"),
+        cell("import os\npid = os.fork()"),
+    ])
+    lines = internals_used(nb)
+    assert len(lines) == 3, lines
+    assert "exec" in lines[0] and "a path into the checks" in lines[0], lines
+    assert "a module imported by a computed name" in lines[1], lines
+    assert "fork" in lines[2], lines

@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 from tests.test_grade import RIGHT, submission
-from utils.grade import _restore_trusted, _trusted_files
+from utils.grade import _forged_caches, _restore_trusted, _trusted_files
 
 ROOT = Path(__file__).resolve().parent.parent
 # an answer cell that leaves a process running after its kernel (review 34c, A11), beating every 50 ms
@@ -58,6 +58,28 @@ def test_a_changed_added_deleted_or_relinked_file_is_put_back_and_named(tmp_path
                                                      "d.py": "D = 4\n"}
     assert not (root / "c.py").is_symlink() and not (root / "e.py").exists()
     assert (tmp_path / "elsewhere.py").read_text() == "C = 0\n"  # nothing written through the link
+
+
+def test_a_planted_compiled_cache_is_found_and_deleted(tmp_path):
+    """Review 34c: a .pyc planted in utils/**/__pycache__ with its source's mtime and size in the header is what
+    Python runs; the tamper check skipped caches. Each cache is now compared with its source compiled."""
+    import importlib.util
+    import py_compile
+
+    root = tmp_path / "checks"
+    root.mkdir()
+    source = root / "a.py"
+    source.write_text("def truth():\n    return 1\n")
+    sound = Path(py_compile.compile(str(source), doraise=True))  # what Python writes as it imports
+    verified: dict = {}
+    assert _forged_caches([root], verified) == [] and sound in verified
+    other = tmp_path / "forged.py"
+    other.write_text("def truth():\n    return 2\n")
+    forged = py_compile.compile(str(other), cfile=importlib.util.cache_from_source(str(source)), doraise=True)
+    assert Path(forged) == sound  # the learner's code where Python looks for a.py's
+    assert _forged_caches([root], verified) == [str(sound)] and not sound.exists()
+    (root / "__pycache__" / f"gone.{sys.implementation.cache_tag}.pyc").write_bytes(b"no source beside it")
+    assert len(_forged_caches([root], verified)) == 1
 
 
 @pytest.mark.slow

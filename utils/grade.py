@@ -542,10 +542,20 @@ def _grading_imports(nb: NotebookNode) -> set[str]:
                 found |= {f"{node.module}:{a.name}" for a in node.names}
             elif isinstance(node, ast.Import):
                 found |= {a.name for a in node.names if a.name.startswith(_GRADING_MODULES)}
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                    and node.value.startswith(_GRADING_MODULES):  # importlib.import_module("utils.checks.ch02")
-                found.add(node.value)
+            elif isinstance(node, ast.Call) and _callee(node) in DYNAMIC_IMPORTS and node.args \
+                    and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith(_GRADING_MODULES):
+                found.add(str(node.args[0].value))  # importlib.import_module("utils.checks.ch02"); a string alone is
+                # not an import (review 34c, M2), and a module named by a computed string is read by hand instead
     return found
+
+
+DYNAMIC_IMPORTS = ("import_module", "__import__", "find_spec")
+
+
+def _callee(call: ast.Call) -> str:
+    """The called function's own name: `f` for f(...), `attr` for x.attr(...), "" for anything else."""
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
 
 
 def reference_imports(submission: NotebookNode, lab: NotebookNode) -> list[str]:
@@ -569,8 +579,11 @@ INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "__self__
              "settrace", "getprofile", "gettrace", "FunctionType", "CodeType", "_getframe", "currentframe", "f_back",
              "f_globals", "f_locals", "f_code", "tb_frame", "tb_next", "gi_frame", "cr_frame", "ag_frame", "inspect",
              "getargvalues", "_current_frames", "get_referents", "get_referrers", "get_objects",
-             "spec_from_file_location", "SourceFileLoader", "run_path", "ctypes", "meta_path", "sys.modules")
+             "spec_from_file_location", "SourceFileLoader", "run_path", "ctypes", "meta_path", "sys.modules",
+             # a process started by the answer runs outside the check's watch (review 34c, A5)
+             "fork", "forkpty", "posix_spawn", "posix_spawnp", "subprocess", "multiprocessing", "_posixsubprocess")
 COMPUTED_GETATTR = "getattr with a computed attribute name"
+COMPUTED_IMPORT = "a module imported by a computed name"
 RUNS_SOURCE = ("exec", "eval", "compile", "__import__")  # called by their builtin names: code run from a string
 
 
@@ -603,9 +616,14 @@ def internals_used(submission: NotebookNode) -> list[str]:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names = [node.value]
             found += [n for n in names if n in INTERNALS and n not in found]
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in RUNS_SOURCE \
-                    and node.func.id not in found:
-                found.append(node.func.id)
+            if isinstance(node, ast.Call) and _callee(node) in RUNS_SOURCE and _callee(node) not in found:
+                found.append(_callee(node))  # exec(...), and builtins.exec(...) too (review 34c, A4)
+            if isinstance(node, ast.Call) and _callee(node) in DYNAMIC_IMPORTS and node.args \
+                    and not isinstance(node.args[0], ast.Constant) and COMPUTED_IMPORT not in found:
+                found.append(COMPUTED_IMPORT)  # import_module("utils." + "checks.ch02") (review 34c, M2)
+            if isinstance(node, ast.Attribute) and node.attr == "__file__" and isinstance(node.value, ast.Name) \
+                    and node.value.id in ("utils", "grading") and "a path into the checks" not in found:
+                found.append("a path into the checks")  # os.path.dirname(utils.__file__) + pieces (review 34c, A4)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
                     and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant) \
                     and COMPUTED_GETATTR not in found:
@@ -779,6 +797,35 @@ def _restore_trusted(files: dict[Path, bytes], roots: list[Path]) -> list[str]:
     return sorted(str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p) for p in touched)
 
 
+def _forged_caches(roots: list[Path], verified: dict[Path, tuple[int, int]]) -> list[str]:
+    """The compiled caches (__pycache__/*.pyc of this Python) under `roots` that are not their source compiled,
+    each deleted; [] when none is. Python loads a cache whose header matches its source's mtime and size, so a
+    planted one would run the submission's code as a check's (review 34c); the caches Python writes as it imports are
+    checked too, once each (`verified`: path -> (mtime_ns, size) of the caches found sound)."""
+    import importlib.util
+    import marshal
+
+    forged = []
+    for root in roots:
+        for cache in root.rglob(f"__pycache__/*.{sys.implementation.cache_tag}*.pyc"):
+            stat = cache.stat()
+            if verified.get(cache) == (stat.st_mtime_ns, stat.st_size):
+                continue
+            try:
+                source = Path(importlib.util.source_from_cache(str(cache)))
+                level = int(cache.name.split(".opt-")[1][0]) if ".opt-" in cache.name else 0
+                sound = marshal.loads(cache.read_bytes()[16:]) == compile(
+                    source.read_bytes(), str(source), "exec", dont_inherit=True, optimize=level)
+            except (OSError, ValueError, EOFError, TypeError, SyntaxError, IndexError):
+                sound = False  # no source beside it, or not a cache at all
+            if sound:
+                verified[cache] = (stat.st_mtime_ns, stat.st_size)
+            else:
+                cache.unlink()
+                forged.append(str(cache.relative_to(REPO_ROOT)) if cache.is_relative_to(REPO_ROOT) else str(cache))
+    return forged
+
+
 def _tampered(path: Path, labs_dir: Path, touched: list[str]) -> SubmissionScore:
     """A submission that changed the course's own files: no points, the files named for the instructor."""
     return _zeroed(path, labs_dir, f"the submission changed the course's own files ({', '.join(touched[:4])}"
@@ -906,7 +953,7 @@ def gradescope_results(s: SubmissionScore, execution_time_s: float | None = None
                           "score": hidden_score, "max_score": e.max_points - public_max,
                           "visibility": "after_published",
                           "status": "passed" if hidden_score == e.max_points - public_max else "failed",
-                          "output": ("held-out cases: " + hidden_out) if hidden_out else e.reason})
+                          "output": _held_out_for_learner(hidden_out) if hidden_out else e.reason})
     result = {"score": sum(t["score"] for t in tests), "tests": tests, "visibility": "visible",
               "stdout_visibility": "hidden",
               "output": "\n".join([f"Lab {s.lab}: {s.total:g} of {s.max_total:g} autograded points"
@@ -915,6 +962,17 @@ def gradescope_results(s: SubmissionScore, execution_time_s: float | None = None
     if execution_time_s is not None:
         result["execution_time"] = round(execution_time_s, 1)
     return result
+
+
+def _held_out_for_learner(detail: str) -> str:
+    """The held-out cases' result as the learner sees it once grades are published: a failure that names a case's
+    inputs and expected answer (review 34c, M1) keeps them private, so that a learner who resubmits cannot collect
+    the cases with their answers; the instructor's CSV keeps the whole message."""
+    if "expected" not in detail:
+        return "held-out cases: " + detail
+    status = detail.split(":", 1)[0]
+    return (f"held-out cases: {status}: your answer differs from the expected one on a case you were not shown (its "
+            "inputs and answer stay private so that the cases can be reused; your instructor's grade file names it)")
 
 
 def write_gradescope(scores: list[SubmissionScore], folder: Path) -> None:
@@ -1018,6 +1076,8 @@ def main(argv: list[str] | None = None) -> int:
     roots = [REPO_ROOT / "utils", REPO_ROOT / "grading", labs, hidden]
     roots = [r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots)]  # each file once
     files, lock, running, suspects = _trusted_files(roots), threading.Lock(), set(), set()
+    caches: dict[Path, tuple[int, int]] = {}
+    _forged_caches(roots, caches)  # a cache planted before this run is deleted too
     adopted = _adopt_orphans()
 
     def grade(path: Path) -> tuple[SubmissionScore, list[str]]:
@@ -1029,7 +1089,7 @@ def main(argv: list[str] | None = None) -> int:
         with lock:
             if adopted:
                 _stop_leftovers()
-            touched = _restore_trusted(files, roots)
+            touched = _restore_trusted(files, roots) + _forged_caches(roots, caches)
             if touched:
                 suspects.update(running)
             running.discard(path)

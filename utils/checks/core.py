@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import dis
 import html
 import inspect
 import os
@@ -168,12 +169,31 @@ MIN_SIGNATURE_BYTES = 48  # shorter bytecode (a one-line formula) is too likely 
 
 def signature(code: Any) -> tuple | None:
     """What a copy of a function's code keeps whatever it is renamed to (`code.replace(co_name=...)`, a new
-    `types.FunctionType`, or its source pasted under another name): its bytecode and the names and constants it
-    uses. None for bytecode too short to tell a copy from an honest one-liner."""
+    `types.FunctionType`, or its source pasted under another name): its bytecode, the names it uses and the kinds of
+    its constants (not their values: a copy with its docstring or a message changed is still a copy, review 34c,
+    A4). None for bytecode too short to tell a copy from an honest one-liner."""
     if len(code.co_code) < MIN_SIGNATURE_BYTES:
         return None
-    consts = tuple(signature(c) if inspect.iscode(c) else repr(c) for c in code.co_consts)
-    return (code.co_code, code.co_names, consts)
+    return tuple(_instruction_shape(i) for i in dis.get_instructions(code) if i.opname not in _NO_SHAPE)
+
+
+# Instructions a compile context adds or words differently (the same function compiled alone or in its module:
+# `LOAD_GLOBAL math; LOAD_METHOD f` against `LOAD_GLOBAL NULL + math; LOAD_ATTR f`, shifted jump targets).
+_NO_SHAPE = {"CACHE", "RESUME", "PRECALL", "PUSH_NULL", "NOP", "EXTENDED_ARG", "KW_NAMES"}
+_SAME_OP = {"LOAD_METHOD": "LOAD_ATTR"}
+_JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
+_LOCALS = set(dis.haslocal) | set(dis.hasfree)
+
+
+def _instruction_shape(i: dis.Instruction) -> tuple:
+    op = _SAME_OP.get(i.opname, i.opname)
+    if i.opcode in _JUMPS:
+        return (op,)
+    if op == "LOAD_CONST":
+        return (op, signature(i.argval) if inspect.iscode(i.argval) else type(i.argval).__name__)
+    if i.opcode in _LOCALS:  # a local by its slot, not its name: renaming the variables keeps a copy a copy
+        return (op, i.arg)
+    return (op, i.argval if isinstance(i.argval, str | int) else i.argrepr)
 
 
 @dataclass(frozen=True)
@@ -200,6 +220,19 @@ def _signature_of(code: Any, seen: dict[int, tuple]) -> tuple | None:
 
 # What a learner's call may not do while a check watches it: switch the watch off or start threads it cannot see.
 _WATCH_SWITCHES = (sys.setprofile, sys.settrace)
+# ... or start a process: the watch runs in this one, so a reference called in a child is not seen (review 34c, A5).
+# os.fork (multiprocessing's fork), _posixsubprocess.fork_exec (subprocess, multiprocessing's spawn), the rest direct.
+_PROCESS_STARTS = tuple(f for f in (getattr(os, n, None) for n in ("fork", "forkpty", "posix_spawn", "posix_spawnp",
+                                                                    "system")) if f is not None)
+try:
+    import _posixsubprocess
+
+    _PROCESS_STARTS += (_posixsubprocess.fork_exec,)
+except ImportError:  # Windows
+    pass
+# The code objects that may start a process inside a watched block: the grader's own forks (grading/runner.py
+# registers them), which answer the learner's calls under the same watch.
+TRUSTED_FORKS: set[Any] = set()
 # Threads that belong to the kernel, the test runner or a library's own machinery (by the module of the thread's
 # class or target); any other Python thread alive when a watched call starts could run a reference unseen.
 _KERNEL_THREAD_MODULES = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "debugpy",
@@ -283,7 +316,8 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
 
     Python calls are seen by a profile hook (it sees a function however it was imported, wrapped or renamed), set
     in the calling thread and in every thread started inside the block. The block also fails when the code switches
-    the hook off (sys.setprofile, sys.settrace), starts a thread outside `threading`, or when a thread of the
+    the hook off (sys.setprofile, sys.settrace), starts a thread outside `threading` or a process (os.fork,
+    subprocess, multiprocessing: the hook does not follow it; the grader's own forks excepted), or when a thread of the
     learner's (a pool left running) is alive as the block starts: such a thread could run the reference unseen.
     A submission that hands back the reference's answer by calling it earns nothing. Wrap only the learner's calls.
 
@@ -326,6 +360,9 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                     hits.append(f"a call to sys.{arg.__name__} (switching off the check's watch)")
                 elif arg is _thread.start_new_thread and frame.f_code is not start_thread:
                     hits.append("a call to _thread.start_new_thread (a thread the check cannot watch)")
+                elif any(arg is s for s in _PROCESS_STARTS) and frame.f_code not in TRUSTED_FORKS:
+                    hits.append(f"a call to {getattr(arg, '__module__', None) or 'os'}.{arg.__name__} (a process the "
+                                "check cannot watch)")
                 elif modules and str(getattr(arg, "__module__", "") or getattr(
                         type(getattr(arg, "__self__", None)), "__module__", "")).startswith(modules):
                     name = getattr(arg, "__qualname__", getattr(arg, "__name__", "function"))
