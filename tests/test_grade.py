@@ -411,7 +411,8 @@ def test_gradescope_results_follow_the_spec():
     assert results["score"] == 0.5 and results["execution_time"] == 12.3 and "a note" in results["output"]
     assert [(t["number"], t["score"], t["max_score"]) for t in results["tests"]] == [
         ("0.1", 0.5, 0.5), ("0.1.h", 0, 0.5), ("0.2", 0, 1), ("0.2.h", 0, 1), ("0.5", 0, 0)]
-    assert "held-out cases: failed: expected 1, got 2" in results["tests"][1]["output"]
+    held_out = results["tests"][1]["output"]  # the learner is not shown the case (review 34c, M1)
+    assert held_out.startswith("held-out cases: failed") and "got 2" not in held_out
     assert "memory cap" in results["tests"][3]["output"]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import dis
 import html
 import inspect
 import os
@@ -169,31 +168,15 @@ MIN_SIGNATURE_BYTES = 48  # shorter bytecode (a one-line formula) is too likely 
 
 def signature(code: Any) -> tuple | None:
     """What a copy of a function's code keeps whatever it is renamed to (`code.replace(co_name=...)`, a new
-    `types.FunctionType`, or its source pasted under another name): its bytecode, the names it uses and the kinds of
-    its constants (not their values: a copy with its docstring or a message changed is still a copy, review 34c,
-    A4). None for bytecode too short to tell a copy from an honest one-liner."""
+    `types.FunctionType`, or its source pasted under another name): its bytecode and the names and constants it
+    uses, its docstring aside (a copy with only its docstring changed is still a copy, review 34c, A4). None for
+    bytecode too short to tell a copy from an honest one-liner."""
     if len(code.co_code) < MIN_SIGNATURE_BYTES:
         return None
-    return tuple(_instruction_shape(i) for i in dis.get_instructions(code) if i.opname not in _NO_SHAPE)
-
-
-# Instructions a compile context adds or words differently (the same function compiled alone or in its module:
-# `LOAD_GLOBAL math; LOAD_METHOD f` against `LOAD_GLOBAL NULL + math; LOAD_ATTR f`, shifted jump targets).
-_NO_SHAPE = {"CACHE", "RESUME", "PRECALL", "PUSH_NULL", "NOP", "EXTENDED_ARG", "KW_NAMES"}
-_SAME_OP = {"LOAD_METHOD": "LOAD_ATTR"}
-_JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
-_LOCALS = set(dis.haslocal) | set(dis.hasfree)
-
-
-def _instruction_shape(i: dis.Instruction) -> tuple:
-    op = _SAME_OP.get(i.opname, i.opname)
-    if i.opcode in _JUMPS:
-        return (op,)
-    if op == "LOAD_CONST":
-        return (op, signature(i.argval) if inspect.iscode(i.argval) else type(i.argval).__name__)
-    if i.opcode in _LOCALS:  # a local by its slot, not its name: renaming the variables keeps a copy a copy
-        return (op, i.arg)
-    return (op, i.argval if isinstance(i.argval, str | int) else i.argrepr)
+    consts = [signature(c) if inspect.iscode(c) else repr(c) for c in code.co_consts]
+    if consts and isinstance(code.co_consts[0], str) and code.co_name != "<module>":
+        consts[0] = "a docstring"  # a function's first constant is its docstring when it has one (or None)
+    return (code.co_code, code.co_names, tuple(consts))
 
 
 @dataclass(frozen=True)
