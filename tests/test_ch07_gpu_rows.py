@@ -195,3 +195,31 @@ def test_the_reading_quotes_the_h100_row_of_the_current_probe():
                 f"to {v['reserved'][1]:,.0f} MiB, by the {v['freed_MiB']:,.0f} MiB of the freed tensor's own segment")
         assert said in prose
         assert round(v["reserved"][0] - v["reserved"][1]) == round(v["freed_MiB"])
+
+
+def test_the_real_memory_summary_is_shown_and_read_from_the_executed_gpu_notebook():
+    """Issue 36, item 2: a reader never sees only the model's summary: the H100 run's real `memory_summary()` is
+    printed under it (from results/<device>/executed/), and the figures the reading quotes are that printout's."""
+    import re as _re
+
+    from utils.results import printed_on_gpu
+
+    found = dict(printed_on_gpu("07_memory_profiling", "PyTorch CUDA memory summary"))
+    summary = found["NVIDIA H100 80GB HBM3"]
+    cell = _code("def summary_rows")
+    assert summary.splitlines()[0] in _outputs(cell)  # printed in the committed CPU run, under the model's summary
+
+    def row(name: str) -> list[str]:
+        return _re.search(rf"^\| {name} +\|(.*)\|$", summary, _re.M).group(1).split("|")
+
+    allocated, reserved = row("Allocated memory"), row("GPU reserved memory")
+    segments, non_releasable = row("GPU reserved segments"), row("Non-releasable memory")
+    kib = int(non_releasable[0].split()[0])
+    prose = _prose()
+    said = (f"Allocated at {int(allocated[0].split()[0]):,} MiB now and {int(allocated[1].split()[0]):,} MiB at the "
+            f"step's peak, GPU reserved {int(reserved[0].split()[0]):,} MiB in {int(segments[0])} segments, and "
+            f"Non-releasable {round(kib / 1024)} MiB ({kib:,} KiB)")
+    assert said in prose, said
+    oom = dict(printed_on_gpu("07_memory_profiling", "out-of-memory error on"))
+    assert "the request fitted" in oom["NVIDIA H100 80GB HBM3"] and "the request fitted" in _outputs(
+        _code("def snapshot_on_oom"))

@@ -264,6 +264,35 @@ def reference_results(chapter: str, root: Path | None = None) -> list[dict[str, 
     return sorted(runs, key=lambda r: r["device"]["name"])
 
 
+def printed_on_gpu(chapter: str, marker: str, root: Path | None = None) -> list[tuple[str, str]]:
+    """(device name, printed text) for each committed GPU run whose executed notebook
+    (results/<device>/executed/<chapter>.ipynb, kept by `make gpu-check --keep-notebooks`) printed `marker`: the
+    text of the first printed output holding it, from the line holding it on. What the real device printed, for a
+    chapter to show beside a CPU run (a model's output is then never the only one a reader sees)."""
+    if not isinstance(chapter, str) or not _CHAPTER_RE.match(chapter):
+        raise ValueError(f"chapter must look like '07_memory_profiling', got {chapter!r}")
+    if not isinstance(marker, str) or not marker:
+        raise ValueError(f"marker must be a non-empty string, got {marker!r}")
+    _check_root(root)
+    found = []
+    for run in reference_results(chapter, root):
+        path = Path(root or RESULTS_DIR) / device_slug(run["device"]["name"]) / "executed" / f"{chapter}.ipynb"
+        if run["device"].get("type") != "cuda" or not path.exists():
+            continue
+        try:
+            cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{_shown(path)} is not a readable notebook: {type(exc).__name__}: {exc}") from None
+        texts = ["".join(o.get("text", "")) for c in cells for o in c.get("outputs", [])
+                 if o.get("output_type") == "stream"]
+        text = next((t for t in texts if marker in t), None)
+        if text is not None:
+            lines = text.splitlines()
+            first = next(i for i, line in enumerate(lines) if marker in line)
+            found.append((run["device"]["name"], "\n".join(lines[first:])))
+    return found
+
+
 def _check_root(root: object) -> None:
     if root is not None and not isinstance(root, str | os.PathLike):
         raise TypeError(f"root must be a results folder path or None, got {type(root).__name__}")
