@@ -58,7 +58,7 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(PY) -m utils.labs --check
-	$(PY) -m pytest -n $(JOBS) --dist loadfile --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
 labs: $(STAMP)
 	$(PY) -m utils.labs $(if $(FORCE_LABS),--force)

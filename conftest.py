@@ -17,3 +17,23 @@ def pytest_runtest_makereport(item, call):
     if noise:
         report.outcome = "failed"
         report.longrepr = f"{item.name} wrote to stderr (a learner sees this as an error):\n" + "\n".join(noise)
+
+
+# The test files that take minutes, longest first (measured: `make test` prints the 30 slowest tests). With
+# `--dist loadfile` each file runs on one worker, and a long file that starts late sets the suite's wall time, so
+# these start first, then the chapters (nbval), then the short unit tests, which fill the workers' last minutes.
+LONG_FILES = ("test_grade.py", "test_simulated_gpu_t4.py", "test_hosted.py", "test_grading_escapes.py",
+              "test_browser.py", "test_simulated_gpu_t4_quick.py", "test_nbgrader.py", "test_grading_tamper.py",
+              "test_simulated_gpu_mps.py", "test_simulated_gpu_h100.py", "test_lab_flow_browser.py", "test_book.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Long files first, then notebooks, then the rest, each group in its collected order (a stable sort, the same
+    on every xdist worker); the Makefile turns off xdist's own reordering by test count (--no-loadscope-reorder)."""
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+
+    def key(item) -> tuple[int, int]:
+        name = item.path.name
+        return (0, rank[name]) if name in rank else (1, 0) if name.endswith(".ipynb") else (2, 0)
+
+    items.sort(key=key)

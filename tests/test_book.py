@@ -67,6 +67,26 @@ def test_the_site_builds_every_chapter_and_page(site: Path) -> None:
 
 
 @pytest.mark.slow
+def test_no_page_of_the_site_has_an_id_twice(site: Path) -> None:
+    """Review 37c: the glossary page had 39 ids twice (an explicit anchor before each term's heading, and the
+    heading's own id), each anchor sitting at the end of the previous term; a link to a term still lands on it."""
+    from collections import Counter
+
+    for page in [site / "docs" / "glossary.html", *sorted((site / "docs").glob("*.html"))]:
+        ids = Counter(re.findall(r'\bid="([^"]+)"', page.read_text(encoding="utf-8")))
+        assert not [i for i, n in ids.items() if n > 1], page.name
+    glossary = (site / "docs" / "glossary.html").read_text(encoding="utf-8")
+    assert '<section id="lora">' in glossary and '<section id="allocated">' in glossary
+
+
+def test_an_anchor_is_dropped_only_where_the_heading_carries_its_id() -> None:
+    from utils.book import _without_heading_twins
+
+    text = '<a id="lora"></a>\n### LoRA\n\n<a id="fp8"></a>\n### FP8 formats\n'
+    assert _without_heading_twins(text) == '### LoRA\n\n<a id="fp8"></a>\n### FP8 formats\n'
+
+
+@pytest.mark.slow
 def test_the_site_loads_no_script_or_image_from_another_host_but_mathjax(site: Path) -> None:
     """Offline the pages still render: no widget manager or require.js from a CDN (the widgets are snapshots), no
     badge images; only MathJax (the formulas) comes from jsDelivr, as Sphinx's default."""

@@ -170,7 +170,9 @@ def learner_course(tmp_path):
                            "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
                            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"),
                            "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "COURSE_SIZE": "quick"})
-    for name in ("COURSE_CHECKS_STRICT", "COURSE_RECORD"):
+    # tests/conftest.py's MPLBACKEND=Agg dropped too: the kernel draws figures inline, as under `make lab` (the
+    # workspace is the server's default one, in tmp_path: fresh, as a new learner's)
+    for name in ("COURSE_CHECKS_STRICT", "COURSE_RECORD", "MPLBACKEND"):
         env.pop(name, None)
     port, token = free_port(), "learner-test-token"
     log = open(tmp_path / "lab.log", "w")

@@ -52,3 +52,22 @@ def test_without_a_gpu_run_the_chapter_says_so(tmp_path: Path, monkeypatch: pyte
     assert not shown and "No GPU run of chapter 04 is committed" in text
     text, _ = _run_cell(monkeypatch, tmp_path, is_cuda=True)
     assert "judged on it" in text
+
+
+def test_the_h100_precision_runs_are_read_from_their_saved_curves() -> None:
+    """Review s4: the cell said the H100 run's curves were not saved (they were) and its criterion, a tenth of the
+    largest final loss, hid BF16 autocast ending 43x above FP32 under a conclusion that torch.amp trains like FP32."""
+    root = Path(__file__).resolve().parent.parent
+    run = json.loads((root / "results" / "nvidia-h100-80gb-hbm3" / "04_automatic_mixed_precision.json").read_text())
+    finals = {p: v["final_loss"] for p, v in run["figures"]["precision_comparison"]["value"].items()}
+    curves = run["figures"]["precision_curves"]["value"]
+    nb = json.loads((root / "notebooks" / "04_automatic_mixed_precision.ipynb").read_text())
+    out = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
+                  for o in c.get("outputs", []))
+    ratio = finals["bf16 autocast"] / finals["fp32"]
+    assert f"bf16 autocast {finals['bf16 autocast']:.4f} ({ratio:.2g}x FP32), still falling at its last step" in out
+    assert curves["tf32"][-1] > 1.5 * min(curves["tf32"]) and f"diverged (lowest {min(curves['tf32']):.3g}" in out
+    assert "were not saved" not in out
+    prose = " ".join(" ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").split())
+    assert 10 < ratio < 100 and "BF16 autocast ended tens of times above FP32's final loss, still falling" in prose
+    assert "and TF32 diverged" in prose

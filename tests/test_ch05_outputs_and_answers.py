@@ -156,6 +156,7 @@ def test_readings_quote_the_measured_figures():
     reading = text[text.index("**Reading the table.** Both configurations"):text.index("## 4. Strategies")]
     assert f"trained {trade['512']['ratio']:.2f} times the tokens per second" in reading
     assert f"at B0 = 8,192 tokens {trade['8192']['ratio']:.2f} times" in reading
+    assert f"with spreads of {trade['512']['spread']:.1%} and {trade['8192']['spread']:.1%}" in reading
     assert f"costs {1 - trade['8192']['ratio']:.0%} of it once the batch fills" in reading
     assert trade["512"]["ratio"] - 1 > trade["512"]["spread"] and 1 - trade["8192"]["ratio"] > trade["8192"]["spread"]
     assert "1.76x" not in text and "recomputation wins" not in reading
@@ -164,3 +165,42 @@ def test_readings_quote_the_measured_figures():
     assert f"{trade['512']['ratio']:.2f}x the tokens per second at 512 base tokens, " \
         f"{trade['8192']['ratio']:.2f}x" in summary
     assert f"({opt['k_all_alive']})" in summary and f"({best} for 64 blocks" in summary
+
+
+def test_the_selective_reading_is_the_h100_runs_numbers():
+    """Review s4: the reading said no GPU run records selective against full checkpointing while the line above it
+    printed the H100's; it now reads that run's figures, which the line under the table prints."""
+    h100 = json.loads((ROOT / "results" / "nvidia-h100-80gb-hbm3" / "05_gradient_checkpointing.json").read_text())
+    v = h100["figures"]["selective_vs_full"]["value"]
+    t, b = v["medians_s"], v["kept_bytes"]
+    sel, full = "selective (save matmuls)", "full (one per block)"
+    said = (f"{t[sel] / t['no checkpointing'] - 1:+.0%} step time for {b[sel] / b['no checkpointing']:.0%} of the "
+            f"saved bytes, full {t[full] / t['no checkpointing'] - 1:+.0%} for {b[full] / b['no checkpointing']:.0%}")
+    assert said in stdout()
+    prose = " ".join(markdown().split())
+    assert (f"selective checkpointing cost {t[sel] / t['no checkpointing'] - 1:+.0%} step time over no checkpointing "
+            f"for {b[sel] / b['no checkpointing']:.0%} of the saved bytes, full checkpointing "
+            f"{t[full] / t['no checkpointing'] - 1:+.0%} for {b[full] / b['no checkpointing']:.0%}") in prose
+    for name in (sel, full):  # "each beyond its spread"
+        assert t[name] - t["no checkpointing"] > v["iqr_s"][name] + v["iqr_s"]["no checkpointing"]
+    assert "records the comparison yet" not in prose
+
+
+def test_attention_is_the_dearer_recomputation_at_the_tables_shape():
+    """Review s4: the reading called attention's matmuls the cheaper part; at T = 512, d = 64 torch's FLOP counter
+    finds attention's forward 2.5 times the MLP's, as the reading now says."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from utils.models import GPT, GPTConfig
+
+    block = GPT(GPTConfig(n_layer=1, d_model=64, n_head=4, seq_len=512, vocab_size=64, attention="eager")).blocks[0]
+    x = torch.randn(1, 512, 64)
+    flops = {}
+    for name in ("attn", "mlp"):
+        with FlopCounterMode(display=False) as counter:
+            getattr(block, name)(x)
+        flops[name] = counter.get_total_flops()
+    ratio = flops["attn"] / flops["mlp"]
+    assert abs(ratio - 2.5) < 0.05, flops
+    assert f"{ratio:.1f} times as much at T = 512 and d = 64" in " ".join(markdown().split())

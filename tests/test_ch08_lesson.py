@@ -153,3 +153,25 @@ def test_cell_30_prints_no_empty_table_when_the_first_size_fails(capsys):
     out = capsys.readouterr().out
     assert "n=512: torch._scaled_mm failed: RuntimeError" in out and "no table" in out
     assert tables == [] and namespace["fp8_speed"] == {} and namespace["scaled_mm_error"]
+
+
+def test_the_h100_reading_quotes_that_runs_spread_ratio_and_error() -> None:
+    """Review s4 (blocker): the reading said the H100 run failed this cell and predated the spread figure; the run of
+    2026-11-27 passed and recorded the spread. The figures the reading quotes are that run's."""
+    import json as _json
+    import math as _math
+    from pathlib import Path as _Path
+
+    root = _Path(__file__).resolve().parent.parent
+    run = _json.loads((root / "results" / "nvidia-h100-80gb-hbm3" / "08_fp8_transformer_engine.json").read_text())
+    nb = _json.loads((root / "notebooks" / "08_fp8_transformer_engine.ipynb").read_text())
+    prose = " ".join(" ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").split())
+    errors = run["figures"]["fp8_linear_errors"]["value"]
+    spread = run["figures"]["output_gradient_spread_binades"]["value"]
+    e5m2 = _math.log2(57344 / 2**-16)  # E5M2's largest over its smallest subnormal
+    ratio = errors["E5M2 everywhere"][2] / errors["E4M3 everywhere"][2]
+    said = (f"prints the same ratio, {ratio:.2f}, and a HYBRID weight-gradient error of "
+            f"{errors['HYBRID (E4M3 forward, E5M2 backward)'][2]:.0%}")
+    assert said in prose and f"spans {spread:.1f} binades, wider than E5M2's {e5m2:.1f}" in prose
+    assert spread > e5m2 and 1.5 < ratio < 3
+    assert "failed this cell" not in prose and "predates the spread" not in prose

@@ -141,7 +141,7 @@ def test_chapter_10s_readings(ch10):
     prose, out = ch10
     paper, amp = re.search(r"leaves ([\d.]+) of 16 B/param in the paper's accounting and ([\d.]+) under", out).groups()
     assert (paper, amp) == ("5.5", "9.0") and "leaves 5.5 bytes per parameter" in prose and "leaves 9" in prose
-    ratios = re.findall(r"\(([\d.]+)x DDP\)", out)
+    ratios = re.findall(r"^\| \d+ micro-batch(?:es)? per step +\|.*\| ([\d.]+)x +\|$", out, flags=re.M)  # the table
     assert ratios == ["1.5", "48.0"] and "**1.5x DDP**" in prose and "ZeRO-3 moves 48x DDP's bytes" in prose
     assert re.search(r"the gathered column is 2.0 blocks", out) and "two blocks' worth" in prose
     tp = re.search(r"\| tensor parallel +\| [\d,]+ +\| ([\d.]+) +\|", out).group(1)

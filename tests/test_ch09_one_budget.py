@@ -30,10 +30,10 @@ def test_one_reported_figure_per_gpu():
 
 
 def test_will_it_fit_sgd_in_the_ledger():
-    adamw = will_it_fit("125M", 1, 256, optimizer="adamw", gpu="T4")
-    sgd = will_it_fit("125M", 1, 256, optimizer="sgd", gpu="T4")
-    momentum = will_it_fit("125M", 1, 256, optimizer="sgd-momentum", gpu="T4")
-    n = replace(PRESETS["125M"], seq_len=256).n_params
+    adamw = will_it_fit("163M", 1, 256, optimizer="adamw", gpu="T4")
+    sgd = will_it_fit("163M", 1, 256, optimizer="sgd", gpu="T4")
+    momentum = will_it_fit("163M", 1, 256, optimizer="sgd-momentum", gpu="T4")
+    n = replace(PRESETS["163M"], seq_len=256).n_params
     assert sgd.estimate.optimizer_states == 0
     tensors = 2 + 12 * 12 + 2 + 1  # AdamW's 4-byte step counter per tensor
     assert momentum.estimate.optimizer_states == 4 * n and adamw.estimate.optimizer_states == 8 * n + 4 * tensors

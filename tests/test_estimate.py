@@ -153,7 +153,7 @@ def test_will_it_fit_and_bar():
     from utils.estimate import will_it_fit
     from utils.plots import memory_bar
 
-    small = will_it_fit("125M", 8, 1024, gpu="T4")
+    small = will_it_fit("163M", 8, 1024, gpu="T4")
     big = will_it_fit("65B", 1, 4096, precision="fp32", gpu="H100")
     assert small.fits and small.margin > 0 and not big.fits and big.margin < 0
     assert will_it_fit("7B", 8, 4096, checkpointing=True).estimate.activations < \
@@ -215,7 +215,7 @@ def test_bad_arguments_are_named():
         will_it_fit("7B", 1, 128, gpu="h100")
     # A GPU reports less than its marketed size: the widget plans with what it reports.
     assert GPU_USABLE_BYTES["T4"] < 16 * 10**9 and GPU_USABLE_BYTES["H100"] < 80 * 2**30
-    assert will_it_fit("125M", 1, 128, gpu="T4").capacity == GPU_USABLE_BYTES["T4"]
+    assert will_it_fit("163M", 1, 128, gpu="T4").capacity == GPU_USABLE_BYTES["T4"]
 
 
 def test_measure_step_and_validate_name_bad_input():
@@ -246,3 +246,14 @@ def test_make_optimizer_names_bad_params():
             make_optimizer("adamw", bad)
     with pytest.raises(TypeError, match="params"):
         make_optimizer("adamw", [None])
+
+
+def test_each_preset_is_named_by_its_own_parameter_count() -> None:
+    """Review (issue 35): the "125M" preset had 163M parameters (GPT-2 small's shape with an untied head); a preset's
+    name is its size, so it must be the count this ledger computes, within 10% (1.3B is 1.42B: GPT-3 XL's shape)."""
+    from utils.estimate import PRESETS
+
+    scale = {"M": 1e6, "B": 1e9}
+    for name, shape in PRESETS.items():
+        named = float(name[:-1]) * scale[name[-1]]
+        assert abs(shape.n_params / named - 1) < 0.10, (name, shape.n_params)

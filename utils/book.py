@@ -101,6 +101,21 @@ def _rewrite_links(text: str, url: str) -> str:
     return _NON_PAGE_LINK.sub(lambda m: f"]({url}/blob/main/{m.group(2)})", text)
 
 
+_ANCHOR_LINE = re.compile(r'^<a id="([^"]+)"></a>\n+(#{1,3} (.+))$', re.M)
+
+
+def _heading_slug(title: str) -> str:
+    """The id MyST gives a heading (myst_heading_anchors): lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def _without_heading_twins(text: str) -> str:
+    """A page's explicit anchors (`<a id="lora"></a>` before `### LoRA`: JupyterLab gives a heading no such id) dropped
+    where the site's heading already carries that id: the site had each glossary id twice, the anchor sitting at
+    the end of the previous term's section (review 37c)."""
+    return _ANCHOR_LINE.sub(lambda m: m.group(2) if _heading_slug(m.group(3)) == m.group(1) else m.group(0), text)
+
+
 def _badges_as_links(text: str) -> str:
     """A chapter's badge images ([![Open in Colab](svg)](url)) as plain links: the site loads no remote image."""
     return _BADGE.sub(lambda m: f"[{m.group(1)}]({m.group(2)})", text)
@@ -171,7 +186,7 @@ def prepare(src: Path, url: str | None = None, root: Path = REPO_ROOT) -> Path:
         (src / "notebooks" / path.name).write_text(json.dumps(_notebook_for_site(path, url)), encoding="utf-8")
     pages = [p for p in PAGES if (root / p).exists()]
     for page in pages:
-        (src / page).write_text(_rewrite_links((root / page).read_text(encoding="utf-8"), url),
+        (src / page).write_text(_without_heading_twins(_rewrite_links((root / page).read_text(encoding="utf-8"), url)),
                                 encoding="utf-8")
     from utils.results import claims_ledger
 

@@ -329,10 +329,11 @@ def shape_of(cfg: Any) -> TransformerShape:
     return TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)
 
 
-# GPT-style stand-ins for well-known sizes (this GPT's untied head and LayerNorm make them differ a little
-# from the originals): show `n_params`, which is computed, never the name, as their size.
+# GPT-style stand-ins for well-known shapes, each named by its own parameter count rounded (this GPT's untied head
+# and LayerNorm make them differ from the originals: GPT-2 small's shape has 163M here, 124M with its tied head):
+# show `n_params`, which is computed, as their size.
 PRESETS: dict[str, TransformerShape] = {
-    "125M": TransformerShape(12, 768, 12, 1024, 50257),
+    "163M": TransformerShape(12, 768, 12, 1024, 50257),  # GPT-2 small's shape: 124M there, whose head is tied
     "1.3B": TransformerShape(24, 2048, 16, 2048, 50257),
     "7B": TransformerShape(32, 4096, 32, 4096, 32000),
     "13B": TransformerShape(40, 5120, 40, 4096, 32000),
