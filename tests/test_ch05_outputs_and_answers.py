@@ -204,3 +204,8 @@ def test_attention_is_the_dearer_recomputation_at_the_tables_shape():
     ratio = flops["attn"] / flops["mlp"]
     assert abs(ratio - 2.5) < 0.05, flops
     assert f"{ratio:.1f} times as much at T = 512 and d = 64" in " ".join(markdown().split())
+
+
+def test_answer_5_quotes_the_printed_ratio():
+    ratio = re.search(r"checkpoint_sequential keeps ([\d.]+)x what the even split keeps", stdout()).group(1)
+    assert f"this keeps {ratio} times what the chapter's even split keeps" in " ".join(markdown().split())
