@@ -568,3 +568,29 @@ def test_own_work_sees_a_copy_of_the_reference_with_its_strings_changed() -> Non
     with pytest.raises(CheckFailed, match="reference_round"):
         with own_work(ch02.reference_round):
             copy(1.0, 5, 10)
+
+
+def test_own_work_sees_an_answer_reading_the_checks_frames() -> None:
+    """Review 34c, A6: an IN_KERNEL answer read the check's `budget` from the calling frames. Reading frames from the
+    learner's code inside a watched call now fails it; Python's own modules reading theirs (logging) do not."""
+    import inspect
+    import logging
+    import sys
+
+    from utils.checks.core import CheckFailed, own_work
+
+    def peek_caller() -> dict:
+        return dict(sys._getframe(1).f_locals)
+
+    def peek_inspect() -> object:
+        return inspect.currentframe().f_back
+
+    def peek_threads() -> int:
+        return len(sys._current_frames())
+
+    for answer, name in ((peek_caller, "_getframe"), (peek_inspect, "currentframe"), (peek_threads, "_current_frames")):
+        with pytest.raises(CheckFailed, match=name):
+            with own_work(ch03.reference_flushed):
+                answer()
+    with own_work(ch03.reference_flushed):
+        logging.getLogger("course-test").debug("the logging module reads its caller's frame")

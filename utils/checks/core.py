@@ -216,6 +216,22 @@ except ImportError:  # Windows
 # The code objects that may start a process inside a watched block: the grader's own forks (grading/runner.py
 # registers them), which answer the learner's calls under the same watch.
 TRUSTED_FORKS: set[Any] = set()
+# ... or read the interpreter's frames: from the learner's function, the check that called it is one frame up, with
+# its reference's arguments and expected values in its locals (review 34c, A6: 7.4's budget read that way). Python's
+# own modules, the installed packages and the course's checks and grader read frames for their own work.
+_FRAME_READERS = (sys._getframe, sys._current_frames)
+_FRAME_READER_CODES = frozenset(f.__code__ for f in (inspect.currentframe, inspect.stack, inspect.getouterframes,
+                                                      inspect.trace))
+_TRUSTED_CODE_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+                                  | {os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep,
+                                     os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+                                         os.path.realpath(__file__)))), "grading") + os.sep}))
+
+
+def _learners(code: Any) -> bool:
+    """Whether a code object is the learner's: not Python's, an installed package's, or the course's checks and
+    grader (a cell's code lives in the kernel's temporary folder)."""
+    return not os.path.realpath(code.co_filename).startswith(_TRUSTED_CODE_DIRS)
 # Threads that belong to the kernel, the test runner or a library's own machinery (by the module of the thread's
 # class or target); any other Python thread alive when a watched call starts could run a reference unseen.
 _KERNEL_THREAD_MODULES = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "debugpy",
@@ -333,6 +349,9 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                 code = frame.f_code
                 if code in codes or (signatures and _signature_of(code, seen) in signatures):
                     hits.append(f"a call to {getattr(code, 'co_qualname', code.co_name)}")
+                elif code in _FRAME_READER_CODES and frame.f_back is not None and _learners(frame.f_back.f_code):
+                    hits.append(f"a call to inspect.{code.co_name} (reading the frames of the check that calls "
+                                "your answer)")
                 elif folders and any(f in _module_of(code) for f in folders):
                     hits.append(f"a call to {code.co_name} of {modules[0]}")
             elif event == "c_call":
@@ -343,6 +362,9 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                     hits.append(f"a call to sys.{arg.__name__} (switching off the check's watch)")
                 elif arg is _thread.start_new_thread and frame.f_code is not start_thread:
                     hits.append("a call to _thread.start_new_thread (a thread the check cannot watch)")
+                elif any(arg is r for r in _FRAME_READERS) and _learners(frame.f_code):
+                    hits.append(f"a call to sys.{arg.__name__} (reading the frames of the check that calls your "
+                                "answer)")
                 elif any(arg is s for s in _PROCESS_STARTS) and frame.f_code not in TRUSTED_FORKS:
                     hits.append(f"a call to {getattr(arg, '__module__', None) or 'os'}.{arg.__name__} (a process the "
                                 "check cannot watch)")
