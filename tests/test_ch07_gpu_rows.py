@@ -223,3 +223,18 @@ def test_the_real_memory_summary_is_shown_and_read_from_the_executed_gpu_noteboo
     oom = dict(printed_on_gpu("07_memory_profiling", "out-of-memory error on"))
     assert "the request fitted" in oom["NVIDIA H100 80GB HBM3"] and "the request fitted" in _outputs(
         _code("def snapshot_on_oom"))
+
+
+def test_the_unknown_row_the_snapshot_section_quotes_is_the_h100_runs():
+    import json as _json
+    import re as _re
+    from pathlib import Path as _Path
+
+    path = _Path(__file__).resolve().parent.parent / "results" / "nvidia-h100-80gb-hbm3" / "executed"
+    cells = _json.loads((path / "07_memory_profiling.ipynb").read_text())["cells"]
+    table = next("".join(o["data"]["text/markdown"]) for c in cells for o in c.get("outputs", [])
+                 if "unknown (no Python frame)" in "".join(o.get("data", {}).get("text/markdown", "")))
+    rows = [float(v.replace(",", "")) for v in _re.findall(r"\| ([\d,]+\.\d) +\|", table)]
+    unknown = float(_re.search(r"unknown \(no Python frame\) +\| ([\d,.]+)", table).group(1).replace(",", ""))
+    assert unknown == max(rows) and unknown > 4 * sorted(rows)[-2]
+    assert f"the largest row of the table, {unknown:,.0f} MiB over three steps" in _prose()

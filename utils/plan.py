@@ -1174,7 +1174,8 @@ def costs_table(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER
                 ) -> tuple[list[list[str]], list[str]]:
     """`costs` as a small table (rows, headers) with units: recompute share, bytes per GPU per optimizer step."""
     c = costs(shape, choice, pcie_gb_per_s)
-    rows = [["recomputation", f"{c['recompute %']:.0f}% more block compute"],
+    rows = [["recomputation", f"at most {c['recompute %']:.0f}% more block compute (a whole extra forward; "
+                              "torch's early stop recomputes less)" if c["recompute %"] else "none"],
             ["communication per GPU", f"{c['communication bytes'] / 1e9:.1f} GB per step"],
             *([["tensor-parallel traffic per GPU", f"{c['tensor-parallel bytes'] / 1e9:.1f} GB per step"]]
               if "tensor-parallel bytes" in c else []),
