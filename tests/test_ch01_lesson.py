@@ -147,3 +147,19 @@ def test_no_cell_keeps_a_graph_alive_under_underscore():
         tree = ast.parse(cell.source)
         names = [n.id for n in _top_level_assignments(tree)]
         assert "_" not in names, f"cell {index} binds `_` at the top level: {cell.source[:80]!r}"
+
+
+def test_the_two_eager_slopes_are_read_in_the_order_printed():
+    """Review s4: the chapter printed 1.46 (last three lengths) and 1.55 (last two, C07) for one curve without saying
+    which to read; the reading says the last-two slope is the steeper, which the outputs must show."""
+    import json
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "01_where_the_memory_goes.ipynb"
+    nb = json.loads(path.read_text())
+    out = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", ""))
+                  for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
+    three = float(re.search(r"slopes of the last three points: .*sequence \(eager\) ([\d.]+)", out).group(1))
+    two = float(re.search(r"\(last two points\): eager ([\d.]+)", out).group(1))
+    assert three < two
