@@ -27,6 +27,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from utils.glossary import github_anchor
 from utils.hosted import repository_url
 from utils.validate import check_bool, check_instance, check_str
 
@@ -104,16 +105,11 @@ def _rewrite_links(text: str, url: str) -> str:
 _ANCHOR_LINE = re.compile(r'^<a id="([^"]+)"></a>\n+(#{1,3} (.+))$', re.M)
 
 
-def _heading_slug(title: str) -> str:
-    """The id MyST gives a heading (myst_heading_anchors): lower case, punctuation dropped, spaces as hyphens."""
-    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
-
-
 def _without_heading_twins(text: str) -> str:
     """A page's explicit anchors (`<a id="lora"></a>` before `### LoRA`: JupyterLab gives a heading no such id) dropped
     where the site's heading already carries that id: the site had each glossary id twice, the anchor sitting at
     the end of the previous term's section (review 37c)."""
-    return _ANCHOR_LINE.sub(lambda m: m.group(2) if _heading_slug(m.group(3)) == m.group(1) else m.group(0), text)
+    return _ANCHOR_LINE.sub(lambda m: m.group(2) if github_anchor(m.group(3)) == m.group(1) else m.group(0), text)
 
 
 def _badges_as_links(text: str) -> str:

@@ -794,7 +794,7 @@ def _restore_trusted(files: dict[Path, bytes], roots: list[Path]) -> list[str]:
                 path.unlink()
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-    return sorted(str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p) for p in touched)
+    return sorted(map(_named, touched))
 
 
 def _forged_caches(roots: list[Path], verified: dict[Path, tuple[int, int]]) -> list[str]:
@@ -822,8 +822,13 @@ def _forged_caches(roots: list[Path], verified: dict[Path, tuple[int, int]]) -> 
                 verified[cache] = (stat.st_mtime_ns, stat.st_size)
             else:
                 cache.unlink()
-                forged.append(str(cache.relative_to(REPO_ROOT)) if cache.is_relative_to(REPO_ROOT) else str(cache))
+                forged.append(_named(cache))
     return forged
+
+
+def _named(path: Path) -> str:
+    """A trusted file as the grade notes name it: relative to the repository when inside it."""
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def _tampered(path: Path, labs_dir: Path, touched: list[str]) -> SubmissionScore:

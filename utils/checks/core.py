@@ -222,10 +222,9 @@ TRUSTED_FORKS: set[Any] = set()
 _FRAME_READERS = (sys._getframe, sys._current_frames)
 _FRAME_READER_CODES = frozenset(f.__code__ for f in (inspect.currentframe, inspect.stack, inspect.getouterframes,
                                                       inspect.trace))
+_COURSE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 _TRUSTED_CODE_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-                                  | {os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep,
-                                     os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-                                         os.path.realpath(__file__)))), "grading") + os.sep}))
+                                  | {os.path.join(_COURSE_ROOT, d) + os.sep for d in ("utils", "grading")}))
 
 
 def _learners(code: Any) -> bool:
