@@ -25,8 +25,10 @@ half (each all or nothing); without them the public cases earn all of it.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import sys
+import types
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -237,10 +239,11 @@ BATCH = 4096  # calls sent to the answer process in one exchange (a check's batc
 
 
 class _SealFinder:
-    """On sys.meta_path while the learner's cells run: `utils.checks.<lab module>` imports the sealed module."""
+    """On sys.meta_path while the learner's cells run: `utils.checks.<lab module>` imports the sealed module. It also
+    keeps the fingerprint the seal took before the learner's first cell (`fingerprint`)."""
 
-    def __init__(self, sealed: dict[str, Any]) -> None:
-        self.sealed, self.open = sealed, False
+    def __init__(self, sealed: dict[str, Any], baseline: dict[Any, Any]) -> None:
+        self.sealed, self.open, self.baseline = sealed, False, baseline
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if self.open or name not in self.sealed:
@@ -341,7 +344,7 @@ def seal(imports: dict[str, list[str]]) -> None:
 
     real = {m: importlib.import_module(m) for m in imports}
     sealed = {m: sealed_module(real[m], names) for m, names in imports.items()}
-    finder = _SealFinder(sealed)
+    finder = _SealFinder(sealed, fingerprint())
     sys.meta_path.insert(0, finder)
     _install(sealed)
 
@@ -380,6 +383,107 @@ def opened(modules: list[str]):
         if finder is not None:
             finder.open = False
             _install({m: sealed[m] for m in modules if m in sealed})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the learner's code replaced. A verdict leaves the kernel through IPython's display machinery, and an IN_KERNEL
+# check computes with torch and numpy in that kernel: a cell that replaces one of their functions can rewrite the
+# grade (review 34c, A8/A13: `IPython.display.display` replaced by a function that turns every verdict into
+# "passed"; A14: the same hook rewrites a recorded exercise's answers). The seal takes a fingerprint of the callables
+# of these modules and of their classes before the learner's first cell runs; each grader cell compares it with the
+# kernel's state before and after its check, and the verdict carries what changed (`replaced`), which voids it in
+# the grader's process (utils.grade.score). A library that patches itself (torch.compile replaces
+# `nn.Module.__init__` with a function of torch's own files; ipykernel rebinds `builtins.input` to a method of its
+# kernel) is not counted: only a value of the learner's code is.
+# This is a tripwire, not a wall: the kernel runs the learner's code, so a cell written against this file can still
+# hide its traces. Judging IN_KERNEL exercises outside the kernel is the structural fix (docs/instructors.md).
+WATCHED_MODULES = ("builtins", "sys", "json", "IPython", "ipykernel", "jupyter_client", "zmq", "traitlets", "comm",
+                   "torch", "numpy", "math", "struct", "utils", "inspect", "types", "functools", "threading",
+                   "importlib", "copy", "pickle", "operator", "uuid", "os", "gc", "resource")
+_REPLACEABLE = (staticmethod, classmethod, property)
+_COURSE_ROOT = Path(__file__).resolve().parent.parent
+_LIBRARY_DIRS = tuple(sorted({str(Path(p).resolve()) + "/" for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+                             | {str(_COURSE_ROOT / d) + "/" for d in ("utils", "grading")}))
+
+
+def _identity(value: Any) -> Any:
+    """What a replacement changes: the object, and for a function its code (a swapped `__code__` keeps the id);
+    a bound method is its function and receiver (each attribute read makes a new method object)."""
+    kind = type(value)
+    if kind is types.FunctionType:
+        return id(value), id(value.__code__)
+    if kind is types.MethodType:
+        return id(value.__self__), _identity(value.__func__)
+    return id(value)
+
+
+def fingerprint() -> dict[Any, Any]:
+    """{module name: id, (module, attribute): identity, (module, class, member): identity} over the callables of
+    every loaded module under WATCHED_MODULES (but the check modules, which the grader itself swaps)."""
+    table: dict[Any, Any] = {}
+    for name in sorted(n for n in list(sys.modules) if n.partition(".")[0] in WATCHED_MODULES
+                       and not n.startswith("utils.checks")):
+        module = sys.modules.get(name)
+        table[name] = id(module)
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for attr, value in list(namespace.items()):
+            if not callable(value):
+                continue
+            table[(name, attr)] = _identity(value)
+            if isinstance(value, type) and value.__dict__.get("__module__") == name:
+                for key, member in list(value.__dict__.items()):
+                    if callable(member) or isinstance(member, _REPLACEABLE):
+                        table[(name, attr, key)] = _identity(member)
+    return table
+
+
+def _current(key: Any) -> tuple[bool, Any]:
+    """(found, value) of a fingerprint key in the kernel now."""
+    if isinstance(key, str):
+        return key in sys.modules, sys.modules.get(key)
+    found, value = key[0] in sys.modules, sys.modules.get(key[0])
+    for part in key[1:]:
+        namespace = getattr(value, "__dict__", None)
+        found = found and isinstance(namespace, dict | types.MappingProxyType) and part in namespace
+        value = namespace.get(part) if found else None
+    return found, value
+
+
+def _learners_value(value: Any) -> bool:
+    """Whether a value runs the learner's code: a function (or the function of a method or a partial) whose code was
+    not loaded from Python's, an installed package's or the course's files, or a class (or an object of a class)
+    with such a function. Built-in and extension callables (print, a pybind11 method) are not the learner's."""
+    while isinstance(value, types.MethodType | functools.partial | staticmethod | classmethod):
+        value = value.func if isinstance(value, functools.partial) else value.__func__
+    if isinstance(value, property):
+        return any(_learners_value(f) for f in (value.fget, value.fset, value.fdel) if f is not None)
+    if isinstance(value, types.FunctionType):
+        return not str(Path(value.__code__.co_filename).resolve()).startswith(_LIBRARY_DIRS)
+    if isinstance(value, types.BuiltinFunctionType | types.ModuleType):
+        return False
+    kind = value if isinstance(value, type) else type(value)
+    return any(_learners_value(member) for cls in kind.__mro__ for member in list(vars(cls).values())
+               if isinstance(member, types.FunctionType | staticmethod | classmethod | property))
+
+
+def replaced_since_seal() -> list[str]:
+    """What the learner's code replaced since the seal, as dotted names ([] when nothing was); the seal's own record
+    gone is itself a replacement. A removal is not counted: libraries remove and redefine their own attributes as
+    they load (torch._dynamo), and a removed function makes a check fail rather than pass."""
+    finder = _finder()
+    if finder is None or not isinstance(getattr(finder, "baseline", None), dict):
+        return ["sys.meta_path (the grader's seal)"]
+    now = fingerprint()
+    found = []
+    for key, identity in finder.baseline.items():
+        if now.get(key, None) == identity:
+            continue
+        present, value = _current(key)
+        if present and _learners_value(value):
+            found.append(key if isinstance(key, str) else ".".join(key))
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1047,6 +1151,7 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
         display({mime: data, "text/plain": f"[grader] exercise {exercise}: answers sent"}, raw=True)
 
     _quiet_learner_hooks()
+    replaced = replaced_since_seal()
     recorder = (Recorder(exercise, nonce, mime, send, AnswerProcess(_learner_functions(namespace, call),
                                                                      memory_limit_mb)) if record else None)
     try:
@@ -1073,6 +1178,11 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
     finally:
         if recorder is not None:
             recorder.answers.close()
+    replaced += [name for name in replaced_since_seal() if name not in replaced]
+    if replaced:
+        verdict = {**verdict, "status": "failed", "points": 0.0, "message": f"the learner's code replaced "
+                   f"{', '.join(replaced[:5])}, which the grader's verdict passes through: it is not a grade"}
+    verdict["replaced"] = replaced
     verdict["nonce"] = nonce
     verdict["kind"] = "verdict"
     text = f"[grader] Exercise {exercise}: {verdict['status']} ({verdict['points']:g}/{points:g}) {verdict['message']}"

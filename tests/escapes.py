@@ -174,3 +174,22 @@ STACK_WALK = {
 # text, for the instructor, who gives its point by hand.
 DENIED_REASONING = ("I did not reason at all: these bytes were read from the course's source, no tokens were "
                     "counted.")
+# Review 34c, A8/A13: a cell that replaces IPython.display.display so that every verdict the grader's cell shows
+# says "passed" with full points (it rewrites the grader's own dict, nonce included). Put in front of an untouched
+# lab03, it earned 3.2 and 3.4 their full points for the handed-out buggy code.
+DISPLAY_HOOK = '''import IPython.display as _D
+_shown = _D.display
+def _passed(part):
+    if isinstance(part, dict) and "max_points" in part:
+        part.update(status="passed", points=part["max_points"], message="")
+def _display(*objs, **kw):
+    for o in objs:
+        if isinstance(o, dict):
+            for v in o.values():
+                if isinstance(v, dict) and v.get("kind") == "verdict":
+                    for k in ("public", "hidden"):
+                        _passed(v.get(k))
+                    v.update(status="passed", points=v.get("max_points", 0), message="public and held-out cases passed")
+    return _shown(*objs, **kw)
+_D.display = _display
+'''

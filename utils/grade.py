@@ -459,6 +459,9 @@ def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], no
             found[exercise] = ExerciseScore(exercise, 0.0, max_points, "failed", "the cell showed more than one "
                                             "verdict: the learner's code displayed one of its own")
             continue
+        if ours and _replaced(ours[0]) is not None:
+            found[exercise] = ExerciseScore(exercise, 0.0, max_points, "failed", f"{TAMPERED}: {_replaced(ours[0])}")
+            continue
         if ours:
             v = dict(ours[0])
             # the replay can only lower what the kernel found (see `combine`): where the kernel gave nothing there is
@@ -501,6 +504,20 @@ def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], no
         if reasoning_key(e) is not None:
             scores.append(reasonings.get(e.id, _reasoning_unread(e)))
     return scores
+
+
+TAMPERED = ("the learner's code replaced a function the grader's verdict passes through, so the kernel's verdict "
+            "is not a grade (read the notebook by hand)")
+
+
+def _replaced(verdict: Mapping) -> str | None:
+    """What the grading kernel found replaced since the seal (grading/runner.py: replaced_since_seal), or None when
+    nothing was. A verdict that does not say is treated as replaced: the grader's cell always says."""
+    found = verdict.get("replaced")
+    if isinstance(found, list) and not found:
+        return None
+    names = [str(n) for n in found[:5]] if isinstance(found, list) else ["(the verdict's record of it is missing)"]
+    return ", ".join(names)
 
 
 def _reasoning_unread(e: Exercise) -> ExerciseScore:
@@ -662,6 +679,10 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
     scores = score(nb, owned, exercises, nonce, hidden_dir, str(_course(lab).get("lab") or lab_path.stem),
                    tuple(lab_check_imports(lab)))
     notes += internals_used(submission)
+    voided = [s.exercise for s in scores if s.reason.startswith(TAMPERED)]
+    if voided:  # one line for the instructor; each exercise's reason names what was replaced
+        notes.append(f"read by hand: the learner's code replaced a function the grader's verdict passes through, "
+                     f"which voided exercise{'s' * (len(voided) > 1)} {', '.join(voided)}")
     borrowed = reference_imports(submission, lab)
     if borrowed:
         reason = (f"the notebook imports what the checks compare answers with ({', '.join(borrowed)}), not only the "
