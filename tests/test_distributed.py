@@ -63,11 +63,13 @@ WORKER = textwrap.dedent("""
         raise SystemExit("rank 1 gives up")
     if mode == "hang" and rank == 1:
         time.sleep(600)
-    if rank == 0 and mode == "ok":
+    if rank == 0 and mode in ("ok", "teardown_hang"):
         with open(os.environ["COURSE_DIST_OUT"], "w") as f:
             json.dump({"world": dist.get_world_size(), "port": os.environ["MASTER_PORT"]}, f)
-    if mode == "ok":
+    if mode in ("ok", "teardown_hang"):
         dist.barrier()
+    if mode == "teardown_hang" and rank == 1:
+        time.sleep(600)  # as destroy_process_group hangs once rank 0's TCPStore is gone (pytorch/pytorch#75097)
     dist.destroy_process_group()
 """)
 
@@ -83,6 +85,9 @@ def test_launch_script_runs_joins_and_reports(tmp_path):
     with pytest.raises(RuntimeError, match="did not finish within"):
         launch_script(script, world_size=2, timeout_s=8, args=("hang",))
     assert time.monotonic() - start < 30
+    # rank 0 wrote the result and left, rank 1 hangs in its teardown: the result comes back, the peer is stopped
+    # (under load this killed chapter 06's DDP run at its 120 s timeout, twice)
+    assert launch_script(script, world_size=2, timeout_s=300, args=("teardown_hang",))["world"] == 2
 
 
 def test_launch_script_bad_arguments(tmp_path):

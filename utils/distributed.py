@@ -202,6 +202,13 @@ def launch_script(script: str | os.PathLike, *, world_size: int = 2, timeout_s: 
     raise AssertionError("unreachable")
 
 
+# destroy_process_group can hang in a rank whose peer holding the TCPStore (rank 0) has already left
+# (pytorch/pytorch#75097; torchelastic makes rank 0 leave last for this reason, pytorch/pytorch#74931). Seen here
+# twice, under load, with gloo: rank 0 wrote the result and exited 0, rank 1 never exited. Once rank 0 has written
+# the result and exited cleanly, the job's result is complete: a peer still running this long after is stopped.
+TEARDOWN_GRACE_S = 15.0
+
+
 def _run_ranks(path: Path, args: tuple[str, ...], env: dict[str, str] | None, world_size: int, port: int,
                out: Path, root: str, timeout_s: float) -> tuple[list[int], list[int | None], list[str]]:
     """Start every rank, wait until all exit, one fails, or the deadline passes; stop them all. Returns the ranks
@@ -227,11 +234,18 @@ def _run_ranks(path: Path, args: tuple[str, ...], env: dict[str, str] | None, wo
             codes = [proc.poll() for proc in procs]
             if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
                 break
+            if codes[0] == 0 and out.exists():  # rank 0 wrote the result and left: its peers only tear down,
+                deadline = min(deadline, time.monotonic() + TEARDOWN_GRACE_S)  # which can hang without it
             time.sleep(0.1)
+        stopped = set()
+        if procs[0].poll() == 0 and out.exists():
+            stopped = {rank for rank, proc in enumerate(procs) if proc.poll() is None}
+            for rank in stopped:
+                _stop(procs[rank])  # stuck in destroy_process_group after rank 0's TCPStore went away (see above)
         late = [rank for rank, proc in enumerate(procs) if proc.poll() is None]
-        if any(proc.poll() not in (None, 0) for proc in procs):
+        codes = [None if rank in stopped else proc.poll() for rank, proc in enumerate(procs)]
+        if any(code not in (None, 0) for code in codes):
             late = []  # the failure is the news, not the ranks left waiting for the failed one
-        codes = [proc.poll() for proc in procs]
     finally:
         for proc in procs:
             _stop(proc)
