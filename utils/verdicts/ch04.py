@@ -22,10 +22,11 @@ def _number(name: str, value: object) -> float:
     return float(value)
 
 
-C03_CRITERION = ("judged per regime, as chapter 01 judges it: holds if both torch.amp (its measured forward/backward "
-                 "peak) and the half-weights + FP32-master regime (its measured whole-step peak, when its FP32 "
-                 "gradients exist) reach at least 17.5 B/param (18 - 0.5); depends if only the master regime "
-                 "does (the 18 describes FP32 gradients beside half weights); fails if neither does")
+C03_CRITERION = ("the claim's one criterion (chapter 01 counts its parts), judged per regime: holds if both "
+                 "torch.amp (its measured forward/backward peak) and the half-weights + FP32-master regime (its "
+                 "measured whole-step peak, when its FP32 gradients exist) reach at least 17.5 B/param (18 - 0.5); "
+                 "depends if only the master regime does (the 18 describes FP32 gradients beside half weights); "
+                 "fails if neither does")
 
 
 @judge("C03", criterion=C03_CRITERION,
