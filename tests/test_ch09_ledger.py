@@ -1,9 +1,11 @@
 """Chapter 09's ledger is written in the notebook; utils.plan packages it. These tests exec the notebook's
 functions and check that they give the same bytes as utils.plan's on many inputs, so the two never drift apart."""
 
+import ast
 from dataclasses import replace
 from pathlib import Path
 
+import nbformat
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,8 +48,23 @@ def lesson() -> dict:
         "optimizer_state_overhead": packaged.optimizer_state_overhead,
         "MIB": 2**20,
         "GIB": 2**30,
+        "REDUCE_BUCKET": notebook_constant("REDUCE_BUCKET"),
     }
     return exec_lesson(NOTEBOOK, LESSON, namespace)
+
+
+def notebook_constant(name: str) -> object:
+    """The value a top-level `name = <literal>` of the notebook's code cells assigns."""
+    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
+        if cell.cell_type == "code":
+            for node in ast.parse(cell.source).body:
+                if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+                    return ast.literal_eval(node.value)
+    raise AssertionError(f"the notebook assigns no {name}")
+
+
+def test_the_notebooks_gradient_bucket_is_deepspeeds_default():
+    assert notebook_constant("REDUCE_BUCKET") == packaged.REDUCE_BUCKET_ELEMENTS == 500_000_000
 
 
 shapes = st.builds(

@@ -78,6 +78,11 @@ assert set(TRAINING_SETUPS) | set(PRECISION_SETUPS.values()) | {LORA_BASE_SETUP,
 SHAPES = (TransformerShape, ArchitectureShape)  # the course's GPT, or a real architecture at a sequence length
 Shape = TransformerShape | ArchitectureShape
 
+# ZeRO-Offload's gradient bucket on the GPU: with contiguous_gradients (DeepSpeed's default) each backward allocates a
+# BF16 buffer of zero_optimization.reduce_bucket_size elements, 5e8 by default (deepspeed/runtime/zero/config.py), and
+# copies each gradient into it as backward produces it (stage_1_and_2.py, `backward`: torch.empty(int(
+# self.reduce_bucket_size), dtype=self.dtype)); overlap_comm, off by default for ZeRO-2, adds a second one.
+REDUCE_BUCKET_ELEMENTS = 500_000_000
 PCIE_GB_PER_S = 25.0  # PCIe 4.0 x16: 32 GB/s on paper, about 25 achieved host <-> device (pinned memory)
 
 
@@ -435,9 +440,10 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         states = (adapters["master"] + _moments_bytes(adapters, choice.optimizer)) * trainable
         states += optimizer_state_overhead(shape, choice, _moments_bytes(adapters, choice.optimizer))
         moment_size = _moments_bytes(adapters, choice.optimizer) / 2
-    elif choice.offload_optimizer:  # BF16 weights on the GPU; a bucket of one block's BF16 gradients in flight
-        trainable = 0  # the step runs on the host
-        weights, grads, states, moment_size = setup_lines(OFFLOAD_SETUP)["weights"] * n, 2 * block, 0, 0.0
+    elif choice.offload_optimizer:  # BF16 weights on the GPU; DeepSpeed's BF16 gradient bucket, and the block whose
+        trainable = 0  # gradients backward is producing before they are copied into it; the step runs on the host
+        weights, states, moment_size = setup_lines(OFFLOAD_SETUP)["weights"] * n, 0, 0.0
+        grads = 2 * (REDUCE_BUCKET_ELEMENTS + block)
         if choice.offload_parameters:  # only the block in use and the prefetched next one
             weights = 2 * 2 * max(block, shape.vocab_size * d)
     else:
