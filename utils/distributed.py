@@ -206,7 +206,7 @@ def launch_script(script: str | os.PathLike, *, world_size: int = 2, timeout_s: 
 # (pytorch/pytorch#75097; torchelastic makes rank 0 leave last for this reason, pytorch/pytorch#74931). Seen here
 # twice, under load, with gloo: rank 0 wrote the result and exited 0, rank 1 never exited. Once rank 0 has written
 # the result and exited cleanly, the job's result is complete: a peer still running this long after is stopped.
-TEARDOWN_GRACE_S = 15.0
+TEARDOWN_GRACE_S = 5.0
 
 
 def _run_ranks(path: Path, args: tuple[str, ...], env: dict[str, str] | None, world_size: int, port: int,
