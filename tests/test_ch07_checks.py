@@ -43,9 +43,9 @@ def _namespace(path: Path) -> dict:
 
 
 ARGS = {"7.1": ("read_run",), "7.2": ("prediction", "reasoning", "kept_loss_bytes"), "7.3": ("train_and_log",),
-        "7.4": ("plan_micro_batch",), "7.5": ("train_with_features",)}
+        "7.4": ("plan_micro_batch",), "7.5": ("train_with_features",), "7.6": ("replay_allocator",)}
 CHECKS = {"7.1": ch07.check_read_run, "7.2": ch07.check_kept_graph, "7.3": ch07.check_leak_fixed,
-          "7.4": ch07.check_micro_batch_plan, "7.5": ch07.check_features_fixed}
+          "7.4": ch07.check_micro_batch_plan, "7.5": ch07.check_features_fixed, "7.6": ch07.check_allocator_replay}
 
 
 def test_solutions_pass_public_and_hidden():
@@ -260,3 +260,53 @@ def test_budgeted_trainer_rejects_bad_batches():
     for bad in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="batch"):
             trainer.step(bad)
+
+
+def test_the_allocator_replay_agrees_with_the_model_on_random_sequences():
+    """Exercise 7.6's solution, written from the rules the lab states, and chapter 07's allocator model agree on 300
+    random sequences of allocations (small pool, large pool under and over 10 MiB) and frees: each witnesses the
+    other's reading of CUDACachingAllocator.cpp's default rules."""
+    import random
+
+    replay = _namespace(ROOT / "solutions" / "lab07_memory_profiling.ipynb")["replay_allocator"]
+    for seed in range(300):
+        rng, events, live = random.Random(seed), [], []
+        for k in range(rng.randint(1, 30)):
+            if live and rng.random() < 0.4:
+                events.append(["free", live.pop(rng.randrange(len(live)))])
+            else:
+                size = rng.choice([rng.randint(1, 2**20 + 5000), rng.randint(2**20, 12 * 2**20),
+                                   rng.randint(9 * 2**20, 30 * 2**20)])
+                events.append(["alloc", f"n{k}", size])
+                live.append(f"n{k}")
+        assert replay(events) == ch07.allocator_truth(events), (seed, events)
+
+
+MISTAKE_CASES = [
+    (("alloc", "a", 8), ("alloc", "s", 1.5), ("alloc", "b", 8), ("alloc", "t", 1.5), ("free", "a", 0),
+     ("free", "b", 0), ("alloc", "c", 12)),
+    (("alloc", "x", 1), ("alloc", "y", 0.5), ("free", "x", 0), ("alloc", "z", 0.25)),
+    # best fit takes c's 3 MiB for u and keeps a's 8 MiB whole for v; first fit splits a and v needs a new segment
+    (("alloc", "a", 8), ("alloc", "b", 2), ("alloc", "c", 3), ("alloc", "d", 2), ("free", "a", 0),
+     ("free", "c", 0), ("alloc", "u", 3), ("alloc", "v", 7)),
+    (("alloc", "e", 3), ("alloc", "f", 1.25), ("free", "e", 0), ("free", "f", 0)),  # a segment emptied
+]
+
+
+@pytest.mark.parametrize(("mistake", "old", "new"), [
+    ("a 1 MiB large-pool remainder split off", "rest > mib", "rest >= mib"),
+    ("a 20 MiB segment from 10 MiB up", "20 * mib if size < 10 * mib", "20 * mib if size <= 20 * mib"),
+    ("exactly 1 MiB in the large pool", "small = size <= mib", "small = size < mib"),
+    ("first fit", "_, s, i = min(fits)", "_, s, i = fits[0]"),
+    ("empty_cache() keeping segments with no live block", 'if any(b[1] is not None for b in seg["blocks"])',
+     "if True"),
+])
+def test_the_allocator_replays_classic_mistakes_fail(mistake, old, new):
+    cells = nbformat.read(ROOT / "solutions" / "lab07_memory_profiling.ipynb", as_version=4).cells
+    source = next(c.source for c in cells if c.source.startswith("def replay_allocator"))
+    assert old in source, mistake
+    namespace: dict = {}
+    exec(source.replace(old, new), namespace)  # noqa: S102
+    with pytest.raises(CheckFailed):
+        ch07.expect_allocator_replay(namespace["replay_allocator"],
+                                     [ch07.allocator_events(*case) for case in MISTAKE_CASES])

@@ -325,6 +325,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
         "check_features_fixed": ((lambda m, o, b: ch07.reference_train_with_features(m, o, b),), None),
         "check_micro_batch_plan": ((lambda s, o, e, lim: ch07.micro_plan_truth(2**20, e, lim),),
                                    (_oom_search_by_library,)),
+        "check_allocator_replay": ((lambda events: ch07.allocator_truth(events),), (_replay_by_allocator_model,)),
         "check_delayed_scaling": ((lambda *a: ch08.reference_delayed_run(*a),), (_delayed_by_chapter_steps,)),
         "check_mx_bytes": ((*p["check_mx_bytes"], _mx_by_reference), (*p["check_mx_bytes"], _mx_by_reference)),
         "check_roundtrip": ((lambda t, f: ch08.reference_roundtrip(t, f),), (_torchao_roundtrip,)),
@@ -438,6 +439,20 @@ def _schedule_by_reference(depth: int, block_bytes: int, input_bytes: int, budge
         if all(s >= 1 for s in schedule) and ch05.schedule_peak(schedule, block_bytes, input_bytes) <= budget:
             return schedule
     return None
+
+
+def _replay_by_allocator_model(events: list) -> dict:
+    from utils.allocator_model import CachingAllocatorModel  # chapter 07's own replay of the rules
+
+    model, handles = CachingAllocatorModel(2**50), {}
+    for event in events:
+        if event[0] == "alloc":
+            handles[event[1]] = model.malloc(event[2])
+        else:
+            model.free(handles.pop(event[1]))
+    held = {"allocated": model.allocated, "reserved": model.reserved}
+    model.empty_cache()
+    return held | {"reserved_after_empty_cache": model.reserved}
 
 
 def _chunked_loss_by_library(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,

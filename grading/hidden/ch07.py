@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from utils.checks.ch07 import (
     LLAMA8B,
+    allocator_events,
+    expect_allocator_replay,
     expect_bugs_propagate,
     expect_features_fixed,
     expect_kept_loss_bytes,
@@ -61,10 +63,29 @@ def features_cases(train_with_features) -> None:
     expect_features_fixed(train_with_features, [(32, 12, 4, 3), (8, 1, 2, 9), (24, 7, 16, 5)])
 
 
+def allocator_cases(replay_allocator) -> None:
+    """A request of exactly 10 MiB (its own segment) and one of 10.1 MiB (rounded to 12), a 1 MiB large-pool
+    remainder kept whole, an exact fit reused, merges on both sides, best fit against first fit, a segment emptied
+    by its last free, and the small pool's 512-byte split."""
+    expect_allocator_replay(replay_allocator, [
+        allocator_events(("alloc", "a", 10), ("alloc", "b", 10.1), ("alloc", "c", 9), ("free", "a", 0),
+                         ("alloc", "d", 9.5)),
+        allocator_events(("alloc", "a", 4), ("alloc", "b", 6), ("alloc", "c", 4), ("alloc", "d", 5),
+                         ("free", "b", 0), ("free", "a", 0), ("free", "c", 0), ("alloc", "e", 13.5),
+                         ("alloc", "f", 2)),
+        allocator_events(("alloc", "a", 3), ("alloc", "b", 1.25), ("alloc", "c", 7), ("alloc", "d", 2),
+                         ("free", "a", 0), ("free", "c", 0), ("alloc", "e", 2.5), ("alloc", "f", 6.5),
+                         ("free", "d", 0), ("free", "b", 0)),
+        allocator_events(*[("alloc", f"s{i}", 0.3) for i in range(12)],
+                         *[("free", f"s{i}", 0) for i in range(0, 12, 2)],
+                         ("alloc", "t", 0.6), ("alloc", "u", 1 / 2048), ("free", "s1", 0))])
+
+
 HIDDEN = {
     "7.1": run_cases,
     "7.2": kept_graph_cases,
     "7.3": leak_cases,
     "7.4": micro_plan_cases,
     "7.5": features_cases,
+    "7.6": allocator_cases,
 }

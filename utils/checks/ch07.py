@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from utils.allocator_model import CachingAllocatorModel
 from utils.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
 from utils.oom import run_oom_safe, run_step_oom_safe
 from utils.profiling import graph_held_bytes, largest_fitting
@@ -486,3 +487,64 @@ def expect_features_fixed(train_with_features: Callable, cases: Sequence[tuple[i
 def check_features_fixed(train_with_features: Callable) -> Verdict:
     """Exercise 7.5: someone else's training script with a feature-collecting forward hook, its leaks fixed."""
     return run_check("7.5", lambda: expect_features_fixed(train_with_features, [(16, 5, 8, 0)]), points=2)
+
+
+# 7.6 ------------------------------------------------------------------------------------------------------------
+# A sequence of allocations and frees replayed through the caching allocator's default rules. The reference is the
+# allocator model chapter 07 runs where no GPU is (utils.allocator_model, its rules cited to CUDACachingAllocator.cpp
+# and tested against a GPU's counters); the learner's replay may not call it.
+ALLOCATOR_FIELDS = ("allocated", "reserved", "reserved_after_empty_cache")
+_UNCAPPED = 2**50  # a device that never runs out: the exercise is about the rules, not the cap
+
+
+def allocator_truth(events: Sequence[Sequence[Any]]) -> dict[str, int]:
+    """What the caching allocator holds after `events` (("alloc", name, nbytes) and ("free", name)): allocated and
+    reserved bytes, and the reserved bytes left after an empty_cache() at the end."""
+    model = CachingAllocatorModel(_UNCAPPED)
+    handles = {}
+    for event in events:
+        if event[0] == "alloc":
+            handles[event[1]] = model.malloc(event[2])
+        else:
+            model.free(handles.pop(event[1]))
+    held = {"allocated": model.allocated, "reserved": model.reserved}
+    model.empty_cache()
+    return held | {"reserved_after_empty_cache": model.reserved}
+
+
+def allocator_events(*steps: tuple[str, str, float]) -> list[list[Any]]:
+    """Events from (op, name, MiB) steps: ("alloc", "a", 1.5) allocates 1.5 MiB as "a"; ("free", "a", 0) frees it.
+    Sizes in MiB may be fractions; they become whole bytes."""
+    return [["alloc", name, int(mib * 2**20)] if op == "alloc" else ["free", name] for op, name, mib in steps]
+
+
+def expect_allocator_replay(replay_allocator: Callable[[list], dict], cases: Sequence[list[list[Any]]]) -> None:
+    replay_allocator = guarded(replay_allocator, allocator_truth, CachingAllocatorModel)
+    for events in cases:
+        got = replay_allocator([list(e) for e in events])
+        if not isinstance(got, Mapping):
+            raise CheckFailed("a dict with the keys " + ", ".join(ALLOCATOR_FIELDS), type(got).__name__)
+        truth = allocator_truth(events)
+        for field in ALLOCATOR_FIELDS:
+            expect_equal(got.get(field), truth[field], f"replay_allocator(<{len(events)} events>)[{field!r}]",
+                         hint="requests round up to 512 B; at most 1 MiB is the small pool (2 MiB segments), above "
+                         "it the large pool (20 MiB segments under 10 MiB, else the request rounded up to 2 MiB); "
+                         "best fit in the request's pool, ties to the lower address; a remainder is split off at "
+                         "512 B or more in the small pool, only above 1 MiB in the large; a freed block merges "
+                         "with free neighbours in its own segment; empty_cache() returns only segments with no "
+                         "live block.")
+
+
+def check_allocator_replay(replay_allocator: Callable[[list], dict]) -> Verdict:
+    """Exercise 7.6: replay allocations and frees through the caching allocator's rules."""
+
+    def body() -> None:
+        expect_allocator_replay(replay_allocator, [
+            # chapter 07's fragmentation, shortened: two survivors pin their 20 MiB segments
+            allocator_events(("alloc", "a1", 8), ("alloc", "s1", 1.5), ("alloc", "a2", 8), ("alloc", "s2", 1.5),
+                             ("free", "a1", 0), ("free", "a2", 0), ("alloc", "b", 12)),
+            # the small pool: 300 B rounds to 512; exactly 1 MiB is still small
+            allocator_events(("alloc", "x", 300 / 2**20), ("alloc", "y", 0.7), ("alloc", "z", 1), ("free", "y", 0),
+                             ("alloc", "w", 0.25), ("free", "x", 0))])
+
+    return run_check("7.6", body, points=3)
