@@ -397,64 +397,104 @@ def opened(modules: list[str]):
 # kernel) is not counted: only a value of the learner's code is.
 # This is a tripwire, not a wall: the kernel runs the learner's code, so a cell written against this file can still
 # hide its traces. Judging IN_KERNEL exercises outside the kernel is the structural fix (docs/instructors.md).
+TAMPER_ERROR = "the learner's code replaced what the grader's verdict passes through:"
+
+
+class GraderTampered(RuntimeError):
+    """Raised by a grader cell instead of showing a verdict, when the learner's code replaced something it passes
+    through."""
+
+
 WATCHED_MODULES = ("builtins", "sys", "json", "IPython", "ipykernel", "jupyter_client", "zmq", "traitlets", "comm",
                    "torch", "numpy", "math", "struct", "utils", "inspect", "types", "functools", "threading",
-                   "importlib", "copy", "pickle", "operator", "uuid", "os", "gc", "resource")
+                   "importlib", "copy", "pickle", "operator", "uuid", "os", "gc", "resource", "weakref", "warnings",
+                   "itertools", "collections", "contextlib", "statistics", "random", "time", "unittest")
 _REPLACEABLE = (staticmethod, classmethod, property)
 _COURSE_ROOT = Path(__file__).resolve().parent.parent
 _LIBRARY_DIRS = tuple(sorted({str(Path(p).resolve()) + "/" for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
                              | {str(_COURSE_ROOT / d) + "/" for d in ("utils", "grading")}))
 
 
+def _kernel_objects() -> dict[str, Any]:
+    """The kernel's own objects a verdict passes through on its way out. They are instances: a fingerprint of
+    modules and classes does not see an attribute set on one (`display_pub.publish = ...`), a hook appended to its
+    list (`display_pub.register_hook`) or a callback registered with the shell's events."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is None:
+        return {}
+    display_pub, kernel = getattr(shell, "display_pub", None), getattr(shell, "kernel", None)
+    found = {"shell": shell, "shell.display_pub": display_pub, "shell.displayhook": getattr(shell, "displayhook", None),
+             "shell.display_formatter": getattr(shell, "display_formatter", None),
+             "shell.events": getattr(shell, "events", None), "shell.kernel": kernel,
+             "shell.kernel.session": getattr(kernel, "session", None),
+             "shell.display_pub.session": getattr(display_pub, "session", None)}
+    return {name: obj for name, obj in found.items() if obj is not None}
+
+
+def _entries() -> dict[Any, Any]:
+    """What the fingerprint covers, by key: every loaded module under WATCHED_MODULES (but the check modules, which
+    the grader itself swaps), its callables as one entry and each of its classes' members as one entry (so that an
+    attribute added after the seal counts too: `torch.Tensor.allclose = ...` shadows an inherited method), and the
+    kernel's own objects (their callable attributes, traitlets' values included, and their hook and callback
+    lists)."""
+    entries: dict[Any, Any] = {}
+    for name in sorted(n for n in list(sys.modules) if n.partition(".")[0] in WATCHED_MODULES
+                       and not n.startswith("utils.checks")):
+        module = sys.modules.get(name)
+        entries[name] = module
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        callables = {attr: value for attr, value in list(namespace.items()) if callable(value)}
+        entries[(name, "*")] = callables
+        for attr, value in callables.items():
+            if isinstance(value, type) and value.__dict__.get("__module__") == name:
+                entries[(name, attr)] = {key: member for key, member in list(value.__dict__.items())
+                                         if callable(member) or isinstance(member, _REPLACEABLE)}
+    objects = _kernel_objects()
+    for name, obj in objects.items():
+        attributes = {**getattr(obj, "_trait_values", {}), **getattr(obj, "__dict__", {})}
+        entries[(f"<{name}>", "object")] = obj
+        entries[(f"<{name}>", "*")] = {k: v for k, v in attributes.items() if callable(v)}
+    if "shell.display_pub" in objects:
+        entries[("<shell.display_pub>", "hooks")] = list(getattr(objects["shell.display_pub"], "_hooks", []))
+    if "shell.events" in objects:
+        entries[("<shell.events>", "callbacks")] = [c for cs in getattr(objects["shell.events"], "callbacks",
+                                                                        {}).values() for c in cs]
+    return entries
+
+
 def _identity(value: Any) -> Any:
     """What a replacement changes: the object, and for a function its code (a swapped `__code__` keeps the id);
-    a bound method is its function and receiver (each attribute read makes a new method object)."""
+    a bound method is its function and receiver (each attribute read makes a new method object); a list or dict of
+    them (a kernel object's attributes, a hook list) is each of its members."""
     kind = type(value)
     if kind is types.FunctionType:
         return id(value), id(value.__code__)
     if kind is types.MethodType:
         return id(value.__self__), _identity(value.__func__)
+    if kind is dict:
+        return tuple(sorted((str(k), _identity(v)) for k, v in value.items()))
+    if kind is list:
+        return tuple(_identity(v) for v in value)
     return id(value)
 
 
 def fingerprint() -> dict[Any, Any]:
-    """{module name: id, (module, attribute): identity, (module, class, member): identity} over the callables of
-    every loaded module under WATCHED_MODULES (but the check modules, which the grader itself swaps)."""
-    table: dict[Any, Any] = {}
-    for name in sorted(n for n in list(sys.modules) if n.partition(".")[0] in WATCHED_MODULES
-                       and not n.startswith("utils.checks")):
-        module = sys.modules.get(name)
-        table[name] = id(module)
-        namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict):
-            continue
-        for attr, value in list(namespace.items()):
-            if not callable(value):
-                continue
-            table[(name, attr)] = _identity(value)
-            if isinstance(value, type) and value.__dict__.get("__module__") == name:
-                for key, member in list(value.__dict__.items()):
-                    if callable(member) or isinstance(member, _REPLACEABLE):
-                        table[(name, attr, key)] = _identity(member)
-    return table
-
-
-def _current(key: Any) -> tuple[bool, Any]:
-    """(found, value) of a fingerprint key in the kernel now."""
-    if isinstance(key, str):
-        return key in sys.modules, sys.modules.get(key)
-    found, value = key[0] in sys.modules, sys.modules.get(key[0])
-    for part in key[1:]:
-        namespace = getattr(value, "__dict__", None)
-        found = found and isinstance(namespace, dict | types.MappingProxyType) and part in namespace
-        value = namespace.get(part) if found else None
-    return found, value
+    """{key: identity} over `_entries()`: what the seal records before the learner's first cell."""
+    return {key: _identity(value) for key, value in _entries().items()}
 
 
 def _learners_value(value: Any) -> bool:
     """Whether a value runs the learner's code: a function (or the function of a method or a partial) whose code was
-    not loaded from Python's, an installed package's or the course's files, or a class (or an object of a class)
-    with such a function. Built-in and extension callables (print, a pybind11 method) are not the learner's."""
+    not loaded from Python's, an installed package's or the course's files, a class (or an object of a class) with
+    such a function, a mock (unittest.mock: a library class that answers whatever it is told), or a list or dict
+    holding one. Built-in and extension callables (print, a pybind11 method) are not the learner's."""
+    if type(value) in (list, dict):
+        return any(_learners_value(v) for v in (value.values() if type(value) is dict else value))
+    mock = sys.modules.get("unittest.mock")
+    if mock is not None and isinstance(value, mock.Base | mock.NonCallableMock):
+        return True
     while isinstance(value, types.MethodType | functools.partial | staticmethod | classmethod):
         value = value.func if isinstance(value, functools.partial) else value.__func__
     if isinstance(value, property):
@@ -468,21 +508,30 @@ def _learners_value(value: Any) -> bool:
                if isinstance(member, types.FunctionType | staticmethod | classmethod | property))
 
 
+def _name(key: Any, member: str | None = None) -> str:
+    parts = [key] if isinstance(key, str) else [k for k in key if k != "*"]
+    return ".".join([*parts, member] if member else parts)
+
+
 def replaced_since_seal() -> list[str]:
-    """What the learner's code replaced since the seal, as dotted names ([] when nothing was); the seal's own record
-    gone is itself a replacement. A removal is not counted: libraries remove and redefine their own attributes as
-    they load (torch._dynamo), and a removed function makes a check fail rather than pass."""
+    """What the learner's code replaced or added since the seal, as dotted names ([] when nothing was); the seal's
+    own record gone is itself a replacement. A removal is not counted: libraries remove and redefine their own
+    attributes as they load (torch._dynamo), and a removed function makes a check fail rather than pass."""
     finder = _finder()
     if finder is None or not isinstance(getattr(finder, "baseline", None), dict):
         return ["sys.meta_path (the grader's seal)"]
-    now = fingerprint()
+    now = _entries()
     found = []
     for key, identity in finder.baseline.items():
-        if now.get(key, None) == identity:
+        if key not in now or _identity(now[key]) == identity:
             continue
-        present, value = _current(key)
-        if present and _learners_value(value):
-            found.append(key if isinstance(key, str) else ".".join(key))
+        value = now[key]
+        if type(value) is dict:  # name the members that changed or appeared, where they are the learner's
+            before = dict(identity)
+            found += [_name(key, k) for k, v in value.items()
+                      if before.get(str(k)) != _identity(v) and _learners_value(v)]
+        elif _learners_value(value):
+            found.append(_name(key))
     return found
 
 
@@ -1179,9 +1228,10 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
         if recorder is not None:
             recorder.answers.close()
     replaced += [name for name in replaced_since_seal() if name not in replaced]
-    if replaced:
-        verdict = {**verdict, "status": "failed", "points": 0.0, "message": f"the learner's code replaced "
-                   f"{', '.join(replaced[:5])}, which the grader's verdict passes through: it is not a grade"}
+    if replaced:  # no verdict at all: one shown here would pass through what the learner's code replaced, which
+        # can rewrite it (a transform hook on the display publisher rewrote `replaced` itself to []); a cell with no
+        # verdict scores 0, and this error names what was found (utils.grade: TAMPER_ERROR)
+        raise GraderTampered(f"{TAMPER_ERROR} {', '.join(replaced[:5])}")
     verdict["replaced"] = replaced
     verdict["nonce"] = nonce
     verdict["kind"] = "verdict"

@@ -193,3 +193,13 @@ def _display(*objs, **kw):
     return _shown(*objs, **kw)
 _D.display = _display
 '''
+# The same forgery one level down, where no module or class attribute changes: a transform hook on the kernel's
+# display publisher (ipykernel's ZMQDisplayPublisher.register_hook), which sees every display message before it is
+# sent and may rewrite it.
+REGISTER_HOOK = '''def _forge(msg):
+    for data in msg.get("content", {}).get("data", {}).values():
+        if isinstance(data, dict) and data.get("kind") == "verdict":
+            data.update(status="passed", points=data.get("max_points", 0), replaced=[], message="")
+    return msg
+get_ipython().display_pub.register_hook(_forge)
+'''

@@ -1,6 +1,7 @@
 """Review 34c, A8/A13/A14: a learner's cell that replaces a function the grader's verdict passes through (the review
-replaced `IPython.display.display` and turned every in-kernel verdict into "passed") voids that verdict. The seal
-takes a fingerprint before the learner's first cell; each grader cell names what the learner's code replaced since.
+replaced `IPython.display.display` and turned every in-kernel verdict into "passed") leaves the grader's cell with
+no verdict (0 points). The seal takes a fingerprint before the learner's first cell; each grader cell names what the
+learner's code replaced or added since.
 Fast: grading/runner.py's fingerprint in this process, with a stand-in seal (the full grading run of such a
 submission: test_a_replaced_display_voids_every_verdict, below)."""
 
@@ -12,13 +13,14 @@ import importlib.util
 import json
 import subprocess
 import sys
+import weakref
 
 import IPython.display
 import nbformat
 import pytest
 import torch
 
-from tests.escapes import DISPLAY_HOOK
+from tests.escapes import DISPLAY_HOOK, REGISTER_HOOK
 from utils.grade import TAMPERED, _replaced
 from utils.labs import LABS_DIR, REPO_ROOT
 
@@ -48,9 +50,20 @@ def test_a_replaced_display_is_named(runner, monkeypatch):
     assert runner.replaced_since_seal() == ["IPython.display.display"]
 
 
-@pytest.mark.parametrize("how", ["partial", "class", "code", "method"])
+@pytest.mark.parametrize("how", ["partial", "class", "code", "method", "mock", "added", "weakref"])
 def test_every_way_of_replacing_is_named(runner, monkeypatch, how):
-    if how == "partial":  # the learner's function behind a library wrapper
+    if how == "mock":  # a library object that answers whatever it is told (review s5: it passed as the library's)
+        from unittest import mock
+
+        monkeypatch.setattr(torch, "allclose", mock.MagicMock(return_value=True))
+        named = "torch.allclose"
+    elif how == "added":  # an attribute the class did not have, shadowing an inherited method (review s5)
+        monkeypatch.setattr(torch.Tensor, "allclose", lambda self, *a, **k: True, raising=False)
+        named = "torch.Tensor.allclose"
+    elif how == "weakref":  # a module an in-kernel check measures with (9.3's peak; review s5: not watched)
+        monkeypatch.setattr(weakref, "finalize", type("F", (), {"__init__": lambda self, *a, **k: None}))
+        named = "weakref.finalize"
+    elif how == "partial":  # the learner's function behind a library wrapper
         monkeypatch.setattr(torch, "allclose", functools.partial(lambda *a, **k: True))
         named = "torch.allclose"
     elif how == "class":  # an object of the learner's class
@@ -95,22 +108,27 @@ def test_the_graders_process_voids_a_verdict_that_names_a_replacement(verdict, v
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_a_replaced_display_voids_every_verdict(tmp_path):
     """The review's hook in front of the untouched lab 03: before, 3.2 and 3.4 (in-kernel) earned 2/2 each for the
-    handed-out buggy code; now every exercise scores 0 and the instructor is told to read the notebook."""
-    nb = nbformat.read(LABS_DIR / "lab03_loss_scaling.ipynb", as_version=4)
-    hook = nbformat.v4.new_code_cell(DISPLAY_HOOK)
-    hook.id = "display-hook"
-    nb.cells.insert(1, hook)
-    nbformat.write(nb, tmp_path / "hook_lab03_loss_scaling.ipynb")
+    handed-out buggy code; now every exercise scores 0 and the instructor is told to read the notebook. The same
+    for a transform hook registered on the kernel's display publisher, which rewrites the verdict's record of what
+    was replaced too (an instance's list: no module or class attribute changes)."""
+    for name, cheat in (("display", DISPLAY_HOOK), ("register", REGISTER_HOOK)):
+        nb = nbformat.read(LABS_DIR / "lab03_loss_scaling.ipynb", as_version=4)
+        hook = nbformat.v4.new_code_cell(cheat)
+        hook.id = "display-hook"
+        nb.cells.insert(1, hook)
+        nbformat.write(nb, tmp_path / f"{name}_lab03_loss_scaling.ipynb")
     out = tmp_path / "grades"
     done = subprocess.run([sys.executable, "-m", "utils.grade", str(tmp_path), "--jobs", "1", "--time-limit", "240",
-                           "--csv-dir", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=550)
+                           "--csv-dir", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=800)
     assert done.returncode == 0, done.stdout + done.stderr
     with open(out / "lab03_loss_scaling.csv", newline="") as f:
-        row = next(csv.DictReader(f))
-    assert row["total"] == "0", row["notes"]
-    assert all(row[f"ex 3.{i}"] == "0" for i in range(1, 6))
-    assert "IPython.display.display" in row["notes"]
-    assert "voided exercises 3.1, 3.2, 3.3, 3.4, 3.5" in row["read by hand"]
+        rows = {row["submission"]: row for row in csv.DictReader(f)}
+    for name, replaced in (("display", "IPython.display.display"), ("register", "<shell.display_pub>.hooks")):
+        row = rows[f"{name}_lab03_loss_scaling.ipynb"]
+        assert row["total"] == "0", (name, row["notes"])
+        assert all(row[f"ex 3.{i}"] == "0" for i in range(1, 6)), name
+        assert replaced in row["notes"], (name, row["notes"])
+        assert "voided exercises 3.1, 3.2, 3.3, 3.4, 3.5" in row["read by hand"], name

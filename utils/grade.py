@@ -494,6 +494,8 @@ def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], no
         errors = [o for o in outputs if o.get("output_type") == "error"]
         reason = (f"the check cell raised {errors[0]['ename']}: {errors[0]['evalue']}"[:300] if errors
                   else "the check did not run (an earlier cell stopped the notebook)")
+        if errors and errors[0].get("ename") == "GraderTampered":  # the grader's cell refused to show a verdict
+            reason = f"{TAMPERED}: {str(errors[0].get('evalue', '')).rpartition(':')[2].strip()}"[:300]
         found[exercise] = ExerciseScore(exercise, 0.0, max_points, "error", reason)
     scores = []
     for e in exercises:
@@ -506,8 +508,8 @@ def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], no
     return scores
 
 
-TAMPERED = ("the learner's code replaced a function the grader's verdict passes through, so the kernel's verdict "
-            "is not a grade (read the notebook by hand)")
+TAMPERED = ("the learner's code replaced what the grader's verdict passes through, so the grader's cell showed no "
+            "verdict (read the notebook by hand)")
 
 
 def _replaced(verdict: Mapping) -> str | None:
