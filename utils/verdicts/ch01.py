@@ -1,5 +1,4 @@
-"""Chapter 01's claim verdicts (where the memory goes): C01, C02 and C04 to C09 (C03 has one criterion, judged
-at the step's measured peak in chapter 04: utils.verdicts.ch04; chapter 01 counts its parts).
+"""Chapter 01's claim verdicts (where the memory goes): C01 to C09.
 
 Each function takes what the chapter measured (or computed from its estimator, for sizes no CPU can run) and
 compares it with the claim's figure under the criterion stated beside it. Chapter 05 judges C06 and C07 again on
@@ -17,6 +16,8 @@ BPP_TOLERANCE = 0.5  # bytes per parameter: Adam's 4-byte step counters and bias
 C01_CRITERION = "holds if FP32 + AdamW measures 16 +- 0.5 bytes per parameter before activations; fails otherwise"
 C02_CRITERION = ("holds if the regime the claim describes (half weights and gradients + FP32 master weights + two "
                  "FP32 moments) measures 16 +- 0.5 B/param; fails otherwise")
+C03_CRITERION = ("holds if both mixed-precision regimes keep 18 +- 0.5 B/param between steps; depends if only the "
+                 "half-weights + FP32-master regime with FP32 gradients does (torch.amp keeps 16); fails if neither")
 C04_LOW, C04_HIGH = 0.20, 0.30
 C04_CRITERION = ("holds if the step's peak exceeds weights + gradients + optimizer states by 20-30% in every "
                  "realistic configuration judged; partly if in some; fails if in none")
@@ -60,6 +61,20 @@ def c02(master_half_grads: float, torch_amp: float) -> Judged:
     detail = ("torch.amp reaches the same total from FP32 weights and gradients, with no half copy kept between "
               "steps" if _near(amp, 16) else f"torch.amp keeps {amp:.2f}")
     return verdict("holds" if _near(master, 16) else "fails", C02_CRITERION, detail)
+
+
+@judge("C03", criterion=C03_CRITERION, examples=[{"master_fp32_grads": 18.0, "torch_amp": 18.0},
+                                                 {"master_fp32_grads": 18.0, "torch_amp": 16.0},
+                                                 {"master_fp32_grads": 16.0, "torch_amp": 16.0}])
+def c03(master_fp32_grads: float, torch_amp: float) -> Judged:
+    """C03 from the persistent bytes per parameter of the FP32-gradient master regime and of torch.amp."""
+    master, amp = _bpp("master_fp32_grads", master_fp32_grads), _bpp("torch_amp", torch_amp)
+    if _near(master, 18) and _near(amp, 18):
+        return verdict("holds", C03_CRITERION)
+    if _near(master, 18):
+        return verdict("depends", C03_CRITERION, "18 is the regime that accumulates gradients in FP32 beside half "
+                       f"weights (Megatron's main_grad); torch.amp keeps {amp:.2f}")
+    return verdict("fails", C03_CRITERION, f"{master:.2f} and {amp:.2f} B/param")
 
 
 @judge("C04", criterion=C04_CRITERION, examples=[{"overheads": {"a": 0.25, "b": 0.22}},

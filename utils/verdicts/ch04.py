@@ -1,4 +1,5 @@
-"""Chapter 04's claim verdicts (automatic mixed precision): C03, C16, C17, C18, C19.
+"""Chapter 04's claim verdicts (automatic mixed precision): C16, C17, C18, C19 (C03 is chapter 01's: one criterion,
+judged once; chapter 04 measures what that verdict leaves open, the peak).
 
 Each function takes what the chapter measured and returns a `Judged` whose note states the criterion. C17 and C19
 are about Tensor Cores: without them (a CPU, an Apple GPU) the verdict is "needs GPU" and the note says what the
@@ -20,32 +21,6 @@ def _number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     return float(value)
-
-
-C03_CRITERION = ("the claim's one criterion (chapter 01 counts its parts), judged per regime: holds if both "
-                 "torch.amp (its measured forward/backward peak) and the half-weights + FP32-master regime (its "
-                 "measured whole-step peak, when its FP32 gradients exist) reach at least 17.5 B/param (18 - 0.5); "
-                 "depends if only the master regime does (the 18 describes FP32 gradients beside half weights); "
-                 "fails if neither does")
-
-
-@judge("C03", criterion=C03_CRITERION,
-       examples=[{"amp_peak_b_per_param": 18.1, "master_step_b_per_param": 22.0},
-                 {"amp_peak_b_per_param": 16.5, "master_step_b_per_param": 22.0},
-                 {"amp_peak_b_per_param": 16.5, "master_step_b_per_param": 16.0}])
-def c03(amp_peak_b_per_param: float, master_step_b_per_param: float) -> Judged:
-    """C03 (18 B/param for mixed-precision AdamW with FP32 gradients) from torch.amp's measured forward/backward peak
-    and the FP16-weights + FP32-master regime's measured whole-step peak, both per parameter."""
-    amp = _number("amp_peak_b_per_param", amp_peak_b_per_param)
-    master = _number("master_step_b_per_param", master_step_b_per_param)
-    amp_reaches, master_reaches = amp >= 17.5, master >= 17.5
-    detail = f"torch.amp {amp:.2f} B/param at its forward/backward peak; master regime {master:.2f} at its update"
-    if amp_reaches and master_reaches:
-        return verdict("holds", C03_CRITERION, detail)
-    if master_reaches:
-        return verdict("depends", C03_CRITERION, detail + ": 18 is the regime with FP32 gradients beside half "
-                       "weights; torch.amp keeps 16 plus the BF16 copies alive at that moment")
-    return verdict("fails", C03_CRITERION, detail)
 
 
 C16_CRITERION = ("holds when every BF16-autocast run without a loss scaler ends finite and, seed by seed, within "
