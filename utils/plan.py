@@ -78,10 +78,13 @@ assert set(TRAINING_SETUPS) | set(PRECISION_SETUPS.values()) | {LORA_BASE_SETUP,
 SHAPES = (TransformerShape, ArchitectureShape)  # the course's GPT, or a real architecture at a sequence length
 Shape = TransformerShape | ArchitectureShape
 
-# ZeRO-Offload's gradient bucket on the GPU: with contiguous_gradients (DeepSpeed's default) each backward allocates a
-# BF16 buffer of zero_optimization.reduce_bucket_size elements, 5e8 by default (deepspeed/runtime/zero/config.py), and
-# copies each gradient into it as backward produces it (stage_1_and_2.py, `backward`: torch.empty(int(
-# self.reduce_bucket_size), dtype=self.dtype)); overlap_comm, off by default for ZeRO-2, adds a second one.
+# ZeRO-Offload's gradient bucket on the GPU (DeepSpeed v0.19.5): contiguous_gradients, forced on under offload, has
+# each backward allocate a BF16 buffer of zero_optimization.reduce_bucket_size elements, 5e8 by default
+# (deepspeed/runtime/zero/config.py), and copy each gradient into it as backward produces it
+# (deepspeed/runtime/zero/stage_1_and_2.py, `setup_buckets`; `backward` before v0.17); overlap_comm, off by default
+# for ZeRO-2, adds a second one. Not counted yet: its staging buffer as large as the largest parameter
+# (temp_grad_buffer_for_gpu_offload), FP64 norm copies at each step's last micro-batch (chapter 09's panel names the
+# first against the plan's margin).
 REDUCE_BUCKET_ELEMENTS = 500_000_000
 PCIE_GB_PER_S = 25.0  # PCIe 4.0 x16: 32 GB/s on paper, about 25 achieved host <-> device (pinned memory)
 
