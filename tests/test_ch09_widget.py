@@ -68,6 +68,8 @@ def test_the_widgets_first_picture_is_llama_3_8b_fitting_by_offload(plan_report,
     assert "the largest micro-batch that fits" not in labels
     out = capsys.readouterr().out
     assert "fits" in out
+    # the reading's "about 1,510 GiB of activations" is printed, not only drawn (review s4: only in the snapshot)
+    assert "top bar, full fine-tuning in FP32, whole batch at once: 1,724 GiB, saved activations 1,509 GiB of it" in out
     # review s5: the ledger omits DeepSpeed's staging buffer (temp_grad_buffer_for_gpu_offload, as large as the
     # largest parameter); the panel says so, computed, and the reading calls it the caveat
     assert ("not in the ledger: DeepSpeed's staging buffer for the largest parameter (the embedding), 0.98 GiB, "
