@@ -423,11 +423,20 @@ def _kernel_objects() -> dict[str, Any]:
     if shell is None:
         return {}
     display_pub, kernel = getattr(shell, "display_pub", None), getattr(shell, "kernel", None)
+    pub_socket = getattr(display_pub, "pub_socket", None)
+    io_thread = getattr(pub_socket, "io_thread", None) or getattr(kernel, "iopub_thread", None)
+    session = getattr(kernel, "session", None)
     found = {"shell": shell, "shell.display_pub": display_pub, "shell.displayhook": getattr(shell, "displayhook", None),
              "shell.display_formatter": getattr(shell, "display_formatter", None),
              "shell.events": getattr(shell, "events", None), "shell.kernel": kernel,
-             "shell.kernel.session": getattr(kernel, "session", None),
-             "shell.display_pub.session": getattr(display_pub, "session", None)}
+             "shell.kernel.session": session, "shell.kernel.session.auth": getattr(session, "auth", None),
+             "shell.display_pub.session": getattr(display_pub, "session", None),
+             # the IOPub path below the session (review s5: a send_multipart set on the IOPub thread re-signed and
+             # rewrote the verdict on its way to the socket)
+             "shell.display_pub.pub_socket": pub_socket, "shell.kernel.iopub_socket": getattr(kernel, "iopub_socket",
+                                                                                                None),
+             "iopub thread": io_thread, "iopub thread's socket": getattr(io_thread, "socket", None),
+             "sys.stdout": sys.stdout, "sys.stderr": sys.stderr}
     return {name: obj for name, obj in found.items() if obj is not None}
 
 

