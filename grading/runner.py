@@ -464,6 +464,7 @@ def _entries() -> dict[Any, Any]:
     for name, obj in objects.items():
         attributes = {**getattr(obj, "_trait_values", {}), **getattr(obj, "__dict__", {})}
         entries[(f"<{name}>", "object")] = obj
+        entries[(f"<{name}>", "type")] = type(obj)  # obj.__class__ = a subclass of the learner's (review s5, F1c)
         entries[(f"<{name}>", "*")] = {k: v for k, v in attributes.items() if callable(v)}
     if "shell.display_pub" in objects:
         entries[("<shell.display_pub>", "hooks")] = list(getattr(objects["shell.display_pub"], "_hooks", []))

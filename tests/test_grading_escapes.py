@@ -132,3 +132,33 @@ def test_the_review_34c_dodges_of_the_scan_are_listed() -> None:
     assert "exec" in lines[0] and "a path into the checks" in lines[0], lines
     assert "a module imported by a computed name" in lines[1], lines
     assert "fork" in lines[2], lines
+
+
+def test_the_review_s5_routes_are_listed_and_torch_compile_is_not() -> None:
+    """Review s5: exercise 7.6 passed by a helper process started with os.system before the check (F2) and by the
+    model's source read through `__file__`, edited and imported (F2b); both are now listed for the instructor.
+    torch.compile and re.compile are not code run from a string (F4)."""
+    from utils.grade import internals_used
+
+    cell = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("import os, sys\nos.system(f'{sys.executable} server.py &')"),
+        cell("import utils.allocator_model as am\nsrc = open(am.__file__).read()"),
+        cell("import re, torch\nf = torch.compile(lambda x: x + 1)\npattern = re.compile('a+')"),
+    ])
+    lines = internals_used(nb)
+    assert len(lines) == 2, lines
+    assert "system" in lines[0] and "a module's source file" in lines[1], lines
+
+
+def test_a_thread_void_is_listed_for_reading_by_hand() -> None:
+    """Review s5, F3: an honest solution after a setup cell with torch.compile scored 0/9 once, every exercise voided
+    by a library's idle thread pool ("ThreadPoolExecutor-1_0"), and nothing said so to the instructor. The void
+    stays (a learner's own pool could run the reference unwatched) but the notebook is now listed."""
+    from utils.grade import THREAD_VOID
+
+    message = ("a thread of the learner's code (ThreadPoolExecutor-1_0) was still running after the check: its work "
+               "is not the answer's")
+    assert message.startswith(THREAD_VOID)
+    runner = (ROOT / "grading" / "runner.py").read_text()
+    assert 'f"a thread of the learner\'s code ({running[0]}) was still running after the "' in runner

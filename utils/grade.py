@@ -508,6 +508,7 @@ def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], no
     return scores
 
 
+THREAD_VOID = "a thread of the learner's code"  # grading/runner.py's message when a foreign thread was alive
 TAMPERED = ("the learner's code replaced what the grader's verdict passes through, so the grader's cell showed no "
             "verdict (read the notebook by hand)")
 
@@ -600,7 +601,9 @@ INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "__self__
              "getargvalues", "_current_frames", "get_referents", "get_referrers", "get_objects",
              "spec_from_file_location", "SourceFileLoader", "run_path", "ctypes", "meta_path", "sys.modules",
              # a process started by the answer runs outside the check's watch (review 34c, A5)
-             "fork", "forkpty", "posix_spawn", "posix_spawnp", "subprocess", "multiprocessing", "_posixsubprocess")
+             "fork", "forkpty", "posix_spawn", "posix_spawnp", "subprocess", "multiprocessing", "_posixsubprocess",
+             # ... or before the check, serving the reference from a helper process (review s5, F2)
+             "system", "popen", "Popen", "spawnv", "spawnve", "spawnl", "execv", "execve", "execl", "pty")
 COMPUTED_GETATTR = "getattr with a computed attribute name"
 COMPUTED_IMPORT = "a module imported by a computed name"
 RUNS_SOURCE = ("exec", "eval", "compile", "__import__")  # called by their builtin names: code run from a string
@@ -635,14 +638,19 @@ def internals_used(submission: NotebookNode) -> list[str]:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names = [node.value]
             found += [n for n in names if n in INTERNALS and n not in found]
-            if isinstance(node, ast.Call) and _callee(node) in RUNS_SOURCE and _callee(node) not in found:
-                found.append(_callee(node))  # exec(...), and builtins.exec(...) too (review 34c, A4)
+            if isinstance(node, ast.Call) and _callee(node) in RUNS_SOURCE and _callee(node) not in found \
+                    and (isinstance(node.func, ast.Name) or (isinstance(node.func.value, ast.Name)
+                                                             and node.func.value.id == "builtins")):
+                found.append(_callee(node))  # exec(...), and builtins.exec(...) too (review 34c, A4); not
+                # torch.compile or re.compile (review s5, F4)
             if isinstance(node, ast.Call) and _callee(node) in DYNAMIC_IMPORTS and node.args \
                     and not isinstance(node.args[0], ast.Constant) and COMPUTED_IMPORT not in found:
                 found.append(COMPUTED_IMPORT)  # import_module("utils." + "checks.ch02") (review 34c, M2)
             if isinstance(node, ast.Attribute) and node.attr == "__file__" and isinstance(node.value, ast.Name) \
                     and node.value.id in ("utils", "grading") and "a path into the checks" not in found:
                 found.append("a path into the checks")  # os.path.dirname(utils.__file__) + pieces (review 34c, A4)
+            elif isinstance(node, ast.Attribute) and node.attr == "__file__" and "a module's source file" not in found:
+                found.append("a module's source file")  # a reference's source read, edited and run (review s5, F2b)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
                     and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant) \
                     and COMPUTED_GETATTR not in found:
@@ -685,6 +693,12 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
     if voided:  # one line for the instructor; each exercise's reason names what was replaced
         notes.append(f"read by hand: the learner's code replaced a function the grader's verdict passes through, "
                      f"which voided exercise{'s' * (len(voided) > 1)} {', '.join(voided)}")
+    threaded = [s.exercise for s in scores if s.reason.startswith(THREAD_VOID)]
+    if threaded:  # a library's idle thread pool (torch.compile's) can be what was alive: the instructor decides
+        notes.append(f"read by hand: a thread that is not the kernel's was alive while the check ran, which voided "
+                     f"exercise{'s' * (len(threaded) > 1)} {', '.join(threaded)} (a library's thread pool, e.g. "
+                     "torch.compile's, can cause this for honest code: regrade by hand if the answers are the "
+                     "learner's own)")
     borrowed = reference_imports(submission, lab)
     if borrowed:
         reason = (f"the notebook imports what the checks compare answers with ({', '.join(borrowed)}), not only the "
