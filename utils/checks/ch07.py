@@ -76,19 +76,25 @@ def run_truth(snapshots: Sequence[Mapping[str, int]]) -> dict[str, Any]:
             "worst_fragmentation_step": split.index(max(split))}
 
 
-def expect_run(read_run: Callable[[list], dict], cases: Sequence[list[dict[str, int]]]) -> None:
-    read_run = guarded(read_run, run_truth)
-    for snapshots in cases:
-        got = read_run([dict(s) for s in snapshots])
+def _expect_fields(answer: Callable, truth: Callable, cases: Sequence[list], copy: Callable, fields: tuple[str, ...],
+                   call: str, items: str, hint: str) -> None:
+    """Each case's answer, a dict, against the truth field by field (`answer` already guarded; `copy` hands each
+    call its own copy of the case)."""
+    for case in cases:
+        got = answer([copy(item) for item in case])
         if not isinstance(got, Mapping):
-            raise CheckFailed("a dict with the keys " + ", ".join(RUN_FIELDS), type(got).__name__)
-        truth = run_truth(snapshots)
-        for field in RUN_FIELDS:
-            expect_equal(got.get(field), truth[field], f"read_run(<{len(snapshots)} snapshots>)[{field!r}]",
-                         hint="current values of the pool 'all' (a pool's own keys for leaking_pool); the leak from "
-                         "the SECOND snapshot to the last, per step, floored, 0 if it does not grow; the pool whose "
-                         "allocation grows most (None if none grows); a retry is num_alloc_retries going up from "
-                         "one snapshot to the next (None if never); non-releasable is inactive_split_bytes.")
+            raise CheckFailed("a dict with the keys " + ", ".join(fields), type(got).__name__)
+        expected = truth(case)
+        for field in fields:
+            expect_equal(got.get(field), expected[field], f"{call}(<{len(case)} {items}>)[{field!r}]", hint=hint)
+
+
+def expect_run(read_run: Callable[[list], dict], cases: Sequence[list[dict[str, int]]]) -> None:
+    _expect_fields(guarded(read_run, run_truth), run_truth, cases, dict, RUN_FIELDS, "read_run", "snapshots",
+                   "current values of the pool 'all' (a pool's own keys for leaking_pool); the leak from the SECOND "
+                   "snapshot to the last, per step, floored, 0 if it does not grow; the pool whose allocation grows "
+                   "most (None if none grows); a retry is num_alloc_retries going up from one snapshot to the next "
+                   "(None if never); non-releasable is inactive_split_bytes.")
 
 
 def check_read_run(read_run: Callable[[list], dict]) -> Verdict:
@@ -519,20 +525,13 @@ def allocator_events(*steps: tuple[str, str, float]) -> list[list[Any]]:
 
 
 def expect_allocator_replay(replay_allocator: Callable[[list], dict], cases: Sequence[list[list[Any]]]) -> None:
-    replay_allocator = guarded(replay_allocator, allocator_truth, CachingAllocatorModel)
-    for events in cases:
-        got = replay_allocator([list(e) for e in events])
-        if not isinstance(got, Mapping):
-            raise CheckFailed("a dict with the keys " + ", ".join(ALLOCATOR_FIELDS), type(got).__name__)
-        truth = allocator_truth(events)
-        for field in ALLOCATOR_FIELDS:
-            expect_equal(got.get(field), truth[field], f"replay_allocator(<{len(events)} events>)[{field!r}]",
-                         hint="requests round up to 512 B; at most 1 MiB is the small pool (2 MiB segments), above "
-                         "it the large pool (20 MiB segments under 10 MiB, else the request rounded up to 2 MiB); "
-                         "best fit in the request's pool, ties to the lower address; a remainder is split off at "
-                         "512 B or more in the small pool, only above 1 MiB in the large; a freed block merges "
-                         "with free neighbours in its own segment; empty_cache() returns only segments with no "
-                         "live block.")
+    _expect_fields(guarded(replay_allocator, allocator_truth, CachingAllocatorModel), allocator_truth, cases, list,
+                   ALLOCATOR_FIELDS, "replay_allocator", "events",
+                   "requests round up to 512 B; at most 1 MiB is the small pool (2 MiB segments), above it the large "
+                   "pool (20 MiB segments under 10 MiB, else the request rounded up to 2 MiB); best fit in the "
+                   "request's pool, ties to the lower address; a remainder is split off at 512 B or more in the small "
+                   "pool, only above 1 MiB in the large; a freed block merges with free neighbours in its own "
+                   "segment; empty_cache() returns only segments with no live block.")
 
 
 def check_allocator_replay(replay_allocator: Callable[[list], dict]) -> Verdict:
