@@ -411,6 +411,8 @@ WATCHED_MODULES = ("builtins", "sys", "json", "IPython", "ipykernel", "jupyter_c
                    "itertools", "collections", "contextlib", "statistics", "random", "time", "unittest")
 _REPLACEABLE = (staticmethod, classmethod, property)
 _COURSE_ROOT = Path(__file__).resolve().parent.parent
+# utils.checks.core._TRUSTED_CODE_DIRS's twin, on purpose: this file trusts nothing the learner's kernel could have
+# patched, so it imports none of the course's modules to decide what is the learner's
 _LIBRARY_DIRS = tuple(sorted({str(Path(p).resolve()) + "/" for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
                              | {str(_COURSE_ROOT / d) + "/" for d in ("utils", "grading")}))
 

@@ -689,16 +689,12 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
     scores = score(nb, owned, exercises, nonce, hidden_dir, str(_course(lab).get("lab") or lab_path.stem),
                    tuple(lab_check_imports(lab)))
     notes += internals_used(submission)
-    voided = [s.exercise for s in scores if s.reason.startswith(TAMPERED)]
-    if voided:  # one line for the instructor; each exercise's reason names what was replaced
-        notes.append(f"read by hand: the learner's code replaced a function the grader's verdict passes through, "
-                     f"which voided exercise{'s' * (len(voided) > 1)} {', '.join(voided)}")
-    threaded = [s.exercise for s in scores if s.reason.startswith(THREAD_VOID)]
-    if threaded:  # a library's idle thread pool (torch.compile's) can be what was alive: the instructor decides
-        notes.append(f"read by hand: a thread that is not the kernel's was alive while the check ran, which voided "
-                     f"exercise{'s' * (len(threaded) > 1)} {', '.join(threaded)} (a library's thread pool, e.g. "
-                     "torch.compile's, can cause this for honest code: regrade by hand if the answers are the "
-                     "learner's own)")
+    # one line each for the instructor (each exercise's reason says what was found); a library's idle thread pool
+    # (torch.compile's) can be what was alive, so the instructor decides
+    notes += _voided(scores, TAMPERED, "the learner's code replaced a function the grader's verdict passes through")
+    notes += _voided(scores, THREAD_VOID, "a thread that is not the kernel's was alive while the check ran",
+                     " (a library's thread pool, e.g. torch.compile's, can cause this for honest code: regrade by hand "
+                     "if the answers are the learner's own)")
     borrowed = reference_imports(submission, lab)
     if borrowed:
         reason = (f"the notebook imports what the checks compare answers with ({', '.join(borrowed)}), not only the "
@@ -707,6 +703,13 @@ def grade_notebook(path: Path, *, labs_dir: Path = LABS_DIR, time_limit_s: float
         scores = [s if s.by_hand else ExerciseScore(s.exercise, 0.0, s.max_points, "failed", reason)
                   for s in scores]
     return SubmissionScore(path.name, lab_path.stem, scores, notes, _challenge_answers(submission, lab, exercises))
+
+
+def _voided(scores: list[ExerciseScore], reason: str, what: str, advice: str = "") -> list[str]:
+    """The read-by-hand note for the exercises whose reason starts with `reason` (none when there are none)."""
+    voided = [s.exercise for s in scores if s.reason.startswith(reason)]
+    return [f"read by hand: {what}, which voided exercise{'s' * (len(voided) > 1)} {', '.join(voided)}{advice}"
+            ] if voided else []
 
 
 def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir: Path) -> SubmissionScore:
