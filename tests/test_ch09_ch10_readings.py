@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from utils.architectures import shape_of_model
+from utils.estimate import PRESETS
+
 ROOT = Path(__file__).resolve().parents[1] / "notebooks"
 
 
@@ -55,6 +58,29 @@ def test_chapter_09s_optimizer_nf4_and_offload_figures(ch09):
     assert f"about {round(nf4)}% off per element" in prose
     shares = re.search(r"PCIe seconds are (\d+)% of it at 1 x 32 and (\d+)% at 4 x 8", out).groups()
     assert f"{shares[0]}% of it at 1 x 32 and {shares[1]}% at 4 x 8" in prose
+
+
+def test_chapter_09s_offload_readings_follow_deepspeeds_buffers(ch09):
+    """Review s5 (F2-F6): the offload ledger counts DeepSpeed v0.19.5's buffers, and the readings of section 4 and
+    section 7 say what they do, with the numbers the cells print."""
+    prose, out = ch09
+    row = re.search(r"\| full FT, ZeRO-Offload \(optimizer on the host\) +\| ([\d.]+) +\| ([\d.]+) +\|"
+                    r".*\| yes +\| (\d+) +\|", out)
+    weights, buffers, host = row.groups()
+    assert f"12.5 GiB of BF16 weights and about {buffers} GiB of DeepSpeed's buffers" in prose and weights == "12.5"
+    assert f"some {host} GiB of host RAM (20 B/param: a 128 GiB host just holds it)" in prose and int(host) <= 128
+    llama = re.search(r"Llama-3-8B, ZeRO-Offload at 1 x 32: ([\d.]+) GiB per GPU against ([\d.]+) \(does NOT fit\); "
+                      r"around the head's ([\d,]+) elements: the staging buffer [\d.]+ GiB, "
+                      r"the FP64 norm copy ([\d.]+) GiB", out)
+    total, budget, head, norm = llama.groups()
+    assert f"({norm} GiB alone), {total} GiB in all against {budget}" in prose
+    assert f"the head's {round(int(head.replace(',', '')) / 1e6)} million elements" in prose
+    big = re.search(r"with 256 GiB of host RAM: .*micro-batch (\d+) x \d+ accumulation.*parameters and optimizer "
+                    r"offloaded to the host: [\d.]+ GiB per GPU \(fits\), host RAM (\d+) GiB", out)
+    assert f"it needs parameter offload and {big.group(2)} GiB of host RAM" in prose
+    llama3, seven = shape_of_model("Llama-3-8B", 4096), PRESETS["7B"]
+    assert round(llama3.n_params / seven.n_params, 1) == 1.2 and "a fifth more parameters than the 7B stand-in" in prose
+    assert round(llama3.vocab_size / seven.vocab_size) == 4 and "a vocabulary four times larger" in prose
 
 
 def test_chapter_09s_qlora_on_a_t4_is_the_ledgers_figure_and_said_so(ch09):

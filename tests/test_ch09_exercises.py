@@ -27,17 +27,23 @@ def _answer(start: str) -> str:
     return text[text.index(start):].split("*(Answer:", 1)[1].split(")*", 1)[0]
 
 
-def test_exercise_four_host_ram_below_the_offload_ledger_hands_the_plan_to_lora():
-    """Exercise 4: Llama-3-8B on an A10G stops planning to offload below the 121 GiB its host ledger needs."""
+def test_exercise_four_full_training_of_llama_3_8b_needs_parameter_offload_and_its_host_ram():
+    """Exercise 4: the host RAM from which Llama-3-8B trains fully on an A10G (ZeRO-Offload's host ledger, which the
+    search tries first), the GPU ledger that rules ZeRO-Offload out, and parameter offload's plan."""
     def at(host_gib: int):
         return plan(shape_of_model("Llama-3-8B", 4096), usable_budget(int(REPORTED_GIB["A10G (24 GB)"] * GIB)), 32,
                     host_bytes=host_gib * GIB, chunked_loss=1024)
-    answer = _answer("at which host RAM does Llama-3-8B")
-    with_offload, without = at(128), at(64)
-    assert with_offload.choice.offload_optimizer and round(with_offload.host_total / GIB) == 121
-    assert f"the {round(with_offload.host_total / GIB)} GiB" in answer and "64 GiB" in answer
-    assert not without.choice.offload_optimizer and without.choice.lora_rank == 16
-    assert not without.choice.quantize_base and "LoRA rank 16 on a frozen BF16 base" in answer
+    answer = " ".join(_answer("how much host RAM lets the planner train all of Llama-3-8B").split())
+    small, big = at(128), at(256)
+    needed = re.search(r"needs (\d+) GiB", next(s for s in small.steps if s.startswith("optimizer offload skipped")))
+    assert f"from the {needed.group(1)} GiB ZeRO-Offload's host ledger needs" in answer
+    zero_offload = next(parts for label, parts in big.history_parts if label.startswith("+ optimizer offload"))
+    assert f"{sum(zero_offload.values()) / GIB:.1f} GiB against {big.budget / GIB:.1f}" in answer
+    assert sum(zero_offload.values()) > big.budget and big.fits and big.choice.offload_parameters
+    host = f"{big.host_total / GIB:.0f} GiB of host RAM"
+    assert f"{big.choice.micro_batch} sequences per micro-batch, with {host}" in answer
+    assert not small.choice.offload_optimizer and small.choice.lora_rank == 16 and not small.choice.quantize_base
+    assert "at 128 GiB, LoRA rank 16 on a frozen BF16 base carries it" in answer
 
 
 def test_a_small_models_plan_steps_are_in_a_unit_that_shows_them():

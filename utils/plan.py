@@ -78,13 +78,23 @@ assert set(TRAINING_SETUPS) | set(PRECISION_SETUPS.values()) | {LORA_BASE_SETUP,
 SHAPES = (TransformerShape, ArchitectureShape)  # the course's GPT, or a real architecture at a sequence length
 Shape = TransformerShape | ArchitectureShape
 
-# ZeRO-Offload's gradient bucket on the GPU (DeepSpeed v0.19.5): contiguous_gradients, forced on under offload, has
-# each backward allocate a BF16 buffer of zero_optimization.reduce_bucket_size elements, 5e8 by default
-# (deepspeed/runtime/zero/config.py), and copy each gradient into it as backward produces it
-# (deepspeed/runtime/zero/stage_1_and_2.py, `setup_buckets`; `backward` before v0.17); overlap_comm, off by default
-# for ZeRO-2, adds a second one. Not counted yet: its staging buffer as large as the largest parameter
-# (temp_grad_buffer_for_gpu_offload), FP64 norm copies at each step's last micro-batch (chapter 09's panel names the
-# first against the plan's margin).
+# ZeRO-Offload's buffers (DeepSpeed v0.19.5, deepspeed/runtime/zero/stage_1_and_2.py, which runs ZeRO stages 0-2;
+# before v0.17.0 the offload step also copied the FP32 partition to the GPU, 4 B/param more: PR #7309). On the GPU:
+# - the gradient bucket: contiguous_gradients, forced on under offload, has each backward allocate a BF16 buffer of
+#   zero_optimization.reduce_bucket_size elements, 5e8 by default (zero/config.py), and copy each gradient into it
+#   as backward produces it (`setup_buckets`; `backward` before v0.17); overlap_comm, off by default for ZeRO-2,
+#   adds a second one. A parameter larger than the bucket is reduced in place instead (`extra_large_param_to_reduce`):
+#   its own gradient lives beside the bucket;
+# - a staging buffer as large as the largest parameter, kept for the whole run (`temp_grad_buffer_for_gpu_offload`):
+#   each micro-batch after the first brings the host's accumulated gradient back through it to add the new one;
+# - at each step's last micro-batch, per parameter, an FP64 copy of its gradient for the norm
+#   (`set_norm_for_param_grad_in_gpu`: `.double().norm(2)`), then an FP32 one for the host: 8 B per element of the
+#   largest parameter at once, during backward.
+# On the host: the FP32 master weights, their FP32 gradient and Adam's moments (16 B/param), a BF16 copy of the
+# weights that stages the update (`param_buffer_of_bit16_for_cpu_offload_groups`, 2), with accumulation one BF16
+# buffer per parameter where the micro-batches' gradients add up (`async_accumulate_grad_in_cpu_via_gpu`, 2), and
+# a host twin of the staging buffer. Parameter offload and ZeRO-3 run stage3.py, whose buffers differ: this ledger
+# keeps its simpler count there (the bucket and one block of gradients).
 REDUCE_BUCKET_ELEMENTS = 500_000_000
 PCIE_GB_PER_S = 25.0  # PCIe 4.0 x16: 32 GB/s on paper, about 25 achieved host <-> device (pinned memory)
 
@@ -416,6 +426,12 @@ def _largest_lines(moments: dict[str, dict[str, int]]) -> dict[str, int]:
     return {k: max(m[k] for m in moments.values()) for k in lines}
 
 
+def _zero_offload(choice: Choice) -> bool:
+    """Whether `choice` is ZeRO-Offload as DeepSpeed's stage_1_and_2.py runs it (the optimizer on the host, ZeRO
+    stage 0-2, the weights on the GPU), whose buffers this ledger counts line by line (REDUCE_BUCKET_ELEMENTS)."""
+    return choice.offload_optimizer and not choice.offload_parameters and choice.sharding != "zero3"
+
+
 def _sharded_amp(choice: Choice) -> bool:
     """torch.amp under ZeRO-1/2 trains as DeepSpeed's BF16 mode does: BF16 weights on every rank, the FP32 master
     weights sharded with the gradients and Adam's moments (utils.setups' "deepspeed zero-2 bf16"), not FP32 weights
@@ -429,6 +445,7 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
     n, d, n_gpus = shape.n_params, shape.d_model, choice.n_gpus
     block = block_parameters(shape)
     regime = choice.regime
+    staging = norm_copy = 0  # ZeRO-Offload's buffers (below)
     if choice.lora_rank:
         trainable = lora_parameters(shape, choice.lora_rank, choice.lora_targets)
         base, adapters = setup_lines(LORA_BASE_SETUP), setup_lines(ADAPTER_SETUP)
@@ -449,6 +466,10 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         grads = 2 * (REDUCE_BUCKET_ELEMENTS + block)
         if choice.offload_parameters:  # only the block in use and the prefetched next one
             weights = 2 * 2 * max(block, shape.vocab_size * d)
+        elif _zero_offload(choice):  # the buffers of REDUCE_BUCKET_ELEMENTS' comment, around the largest parameter
+            largest = max(parameter_tensor_sizes(shape, choice))
+            grads += 2 * largest if largest > REDUCE_BUCKET_ELEMENTS else 0
+            staging, norm_copy = 2 * largest, 8 * largest
     else:
         trainable = n
         lines = setup_lines(choice.setup or ("deepspeed zero-2 bf16" if _sharded_amp(choice)
@@ -464,7 +485,7 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
     if choice.sharding in ("zero1", "zero2", "zero3"):
         states /= n_gpus
         trainable /= n_gpus  # each rank steps its shard
-    if choice.sharding in ("zero2", "zero3"):
+    if choice.sharding in ("zero2", "zero3") and not staging:  # (ZeRO-Offload's buffers are whole on every rank)
         grads /= n_gpus
     if choice.sharding == "zero3" and not choice.offload_parameters:  # (with parameter offload the weights
         weights /= n_gpus  # line already is the blocks in use, gathered: they are not counted twice)
@@ -496,10 +517,13 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         dequantized = 2 * (shape.largest_matrix if isinstance(shape, ArchitectureShape) else 4 * d * d)
 
     def moment(gradients: float, saved: float, recomputed: float = 0, loss: float = 0, cache: float = 0,
-               step: float = 0, lora_held: float = 0, nf4: float = 0, logits: float = 0) -> dict[str, int]:
+               step: float = 0, lora_held: float = 0, nf4: float = 0, logits: float = 0,
+               norm: float = 0) -> dict[str, int]:
         parts = {"weights": int(weights), "gradients": int(gradients), "optimizer states": int(states)}
         if gathered:
             parts["gathered blocks (ZeRO-3)"] = gathered
+        if staging:
+            parts |= {"offload staging buffer": int(staging), "gradient norm copy (FP64)": int(norm)}
         parts |= {"saved activations": int(saved), "recomputed block": int(recomputed),
                   "logits (FP32, loss forward)": int(logits), "logits gradient (FP32)": int(loss),
                   "autocast weight cache": int(cache),
@@ -525,9 +549,9 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         "loss backward": moment(before + (head if choice.chunked_loss else 0), saved,
                                 loss=acts["logits gradient (FP32)"], lora_held=lora),
         "first layer's backward": moment(before + head + own, saved - logprobs + in_flight, recomputed, lora_held=lora,
-                                         nf4=dequantized),
+                                         nf4=dequantized, norm=norm_copy),
         "last layer's backward": moment(grads - unborn, one_layer + in_flight, recomputed, lora_held=lora_layer,
-                                        nf4=dequantized),
+                                        nf4=dequantized, norm=norm_copy),
         "optimizer step": moment(grads, batch + BATCH_BYTES_PER_TOKEN * choice.micro_batch * shape.seq_len,
                                  step=step_temporaries),
     }
@@ -712,11 +736,13 @@ def host_ram_bytes() -> int | None:
 
 def host_memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
     """Host RAM per GPU process that `choice` keeps there (the program, its data and the CUDA driver's own pinned
-    memory aside). Optimizer offload (ZeRO-Offload): the FP32 master weights (4 B/param), an FP32 gradient buffer
-    into which every micro-batch's gradients are accumulated (4), the optimizer's states (AdamW 8, or 8-bit/4-bit
-    as chosen) and pinned staging buffers for one block's BF16 gradients and weights; parameter offload adds the
-    BF16 weights that the GPU fetches block by block (2 B/param). Under ZeRO sharding each process offloads its
-    1/N share. Without offload: no line."""
+    memory aside), as DeepSpeed v0.19.5 allocates it. Every optimizer offload: the FP32 master weights (4 B/param),
+    their FP32 gradient (4) and the optimizer's states (AdamW 8, or 8-bit/4-bit as chosen). ZeRO-Offload
+    (stage_1_and_2.py, REDUCE_BUCKET_ELEMENTS' comment) adds a BF16 copy of the weights that stages the update (2),
+    with accumulation a BF16 buffer where the micro-batches' gradients add up (2), and a staging buffer as large as
+    the largest parameter. Parameter offload and ZeRO-3 (stage3.py) add a flat buffer of gradient partitions in the
+    model's dtype, BF16 (`grad_partitions_flat_buffer`, 2), and with parameter offload the BF16 weights the GPU
+    fetches block by block (2). Under ZeRO sharding each process offloads its 1/N share. Without offload: no line."""
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
     if not choice.offload_optimizer:
@@ -725,10 +751,17 @@ def host_memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
     lines = setup_lines(OFFLOAD_SETUP)
     parts = {"FP32 master weights": int(lines["master"] * n), "FP32 gradient buffer": int(lines["gradients"] * n),
              "optimizer states": int(_moments_bytes(lines, choice.optimizer) * n)}
-    if choice.offload_parameters:
-        parts["BF16 weights (parameter offload)"] = int(lines["weights"] * n)
+    if _zero_offload(choice):
+        parts["BF16 weights (staging the update)"] = int(lines["weights"] * n)
+        if choice.accumulation > 1:
+            parts["BF16 gradient accumulation"] = int(lines["weights"] * n)
+    else:
+        parts["BF16 gradient partitions"] = int(lines["weights"] * n)
+        if choice.offload_parameters:
+            parts["BF16 weights (parameter offload)"] = int(lines["weights"] * n)
     parts = {k: v // share for k, v in parts.items()}
-    parts["pinned staging buffers"] = 2 * 2 * 2 * block_parameters(shape)  # a block's gradients and weights, x2
+    if _zero_offload(choice):
+        parts["offload staging buffer"] = 2 * max(parameter_tensor_sizes(shape, choice))
     return parts
 
 
@@ -766,9 +799,12 @@ def costs(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S) ->
       FSDP2 with MixedPrecisionPolicy(param_dtype=torch.bfloat16) gathers and reduces in BF16, half of it).
       (FSDP2's other schedule, full gradients kept until the last micro-batch, costs what DDP costs in
       communication and full gradients in memory: chapter 06);
-    - PCIe bytes: ZeRO-Offload sends each micro-batch's BF16 gradients to the host (2 B/param per micro-batch)
-      and the updated BF16 weights back once per step (2 B/param); parameter offload brings the weights up in
-      forward and again in backward of every micro-batch instead (4 B/param per micro-batch); others: none;
+    - PCIe bytes: ZeRO-Offload (DeepSpeed's stage_1_and_2.py) sends each micro-batch's BF16 gradients to the host
+      and, from the second micro-batch on, brings the host's running sum back up to add to (2 B/param each way),
+      sends the FP32 sum at the last micro-batch (4 B/param; alone, with one micro-batch per step) and brings the
+      updated BF16 weights up once per step (2 B/param): 4 x accumulation + 4 B/param per step, 6 with one
+      micro-batch. Parameter offload (and ZeRO-3) counts the BF16 gradients down every micro-batch and the weights
+      up in forward and again in backward of every micro-batch (4 B/param per micro-batch); others: none;
     - PCIe seconds at `pcie_gb_per_s` (decimal GB/s);
     - with tensor parallelism (t > 1), "tensor-parallel bytes" per GPU: 4 ring all-reduces of a micro-batch's
       activations per layer (6 with checkpointing), 2 (t - 1)/t x tokens x d each, over the stage's layers;
@@ -796,7 +832,9 @@ def costs(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S) ->
     else:
         comm = 2 * ring * grad_size * n
     pcie = 0.0
-    if choice.offload_optimizer:
+    if _zero_offload(choice):  # gradients down and the running sum up, the FP32 sum down, the weights up
+        pcie = (4.0 * micro + 2 if micro > 1 else 4.0) * shape.n_params + 2.0 * shape.n_params
+    elif choice.offload_optimizer:
         pcie = 2.0 * shape.n_params * micro  # gradients down, every micro-batch
         pcie += 2 * 2.0 * shape.n_params * micro if choice.offload_parameters else 2.0 * shape.n_params
     out = {"recompute %": 100 / 3 if choice.checkpointing else 0.0, "communication bytes": comm,
@@ -1125,8 +1163,8 @@ def _short(reason: str) -> str:
 # "gradients" colour when colours followed the order the lines appeared in); a line not listed takes one of the rest.
 FIGURE_LINES = ("weights", "gradients", "optimizer states", "saved activations", "logits (FP32, loss forward)",
                 "logits gradient (FP32)", "optimizer step temporaries", "recomputed block", "autocast weight cache",
-                "LoRA intermediates", "dequantized matrix (NF4)", "gathered blocks (ZeRO-3)", "pinned staging buffers",
-                "FP32 master weights", "FP32 gradient buffer", "log-probabilities")
+                "LoRA intermediates", "dequantized matrix (NF4)", "gathered blocks (ZeRO-3)", "offload staging buffer",
+                "gradient norm copy (FP64)", "FP32 master weights", "FP32 gradient buffer", "log-probabilities")
 
 
 def plan_figure(p: Plan, title: str = "") -> Any:
@@ -1174,8 +1212,9 @@ def plan_figure(p: Plan, title: str = "") -> Any:
     first.invert_yaxis()
     fig.suptitle(title, fontsize=10)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in lines]
-    fig.legend(handles, lines, loc="lower center", ncol=4, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.06 + 0.02 * (len(lines) // 4), 1, 1))
+    legend = fig.legend(handles, lines, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    # the axes end above the legend as drawn (its rows, however many lines the plan has), plus a small gap
+    fig.tight_layout(rect=(0, legend.get_window_extent().height / fig.bbox.height + 0.01, 1, 1))
     return fig
 
 
