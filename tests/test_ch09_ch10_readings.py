@@ -61,19 +61,23 @@ def test_chapter_09s_optimizer_nf4_and_offload_figures(ch09):
 
 
 def test_chapter_09s_offload_readings_follow_deepspeeds_buffers(ch09):
-    """Review s5 (F2-F6): the offload ledger counts DeepSpeed v0.19.5's buffers, and the readings of section 4 and
-    section 7 say what they do, with the numbers the cells print."""
+    """Reviews s5-s6: the offload ledger counts DeepSpeed v0.19.5's buffers (and torch's pinned rounding), and the
+    readings of sections 3.9, 4 and 7 say what they do, with the numbers the cells print."""
     prose, out = ch09
     row = re.search(r"\| full FT, ZeRO-Offload \(optimizer on the host\) +\| ([\d.]+) +\| ([\d.]+) +\|"
                     r".*\| yes +\| (\d+) +\|", out)
     weights, buffers, host = row.groups()
     assert f"12.5 GiB of BF16 weights and about {buffers} GiB of DeepSpeed's buffers" in prose and weights == "12.5"
-    assert f"some {host} GiB of host RAM (20 B/param: a 128 GiB host just holds it)" in prose and int(host) <= 128
+    assert f"some {host} GiB of host RAM (20 B/param, pinned blocks rounded up: more than a 128 GiB host)" in prose
+    assert int(host) > 128 and f"host RAM {host} of 256 GiB" in out
+    assert re.search(r"with a 128 GiB host instead: .*LoRA", out) and "with 128 GiB neither offload's host" in prose
+    ratio = re.search(r"([\d.]+) x ZeRO-Infinity's", out).group(1)
+    assert f"{ratio} times ZeRO-Infinity's bytes (printed)" in prose
     llama = re.search(r"Llama-3-8B, ZeRO-Offload at 1 x 32: ([\d.]+) GiB per GPU against ([\d.]+) \(does NOT fit\); "
                       r"around the head's ([\d,]+) elements: the staging buffer [\d.]+ GiB, "
-                      r"the FP64 norm copy ([\d.]+) GiB", out)
-    total, budget, head, norm = llama.groups()
-    assert f"({norm} GiB alone), {total} GiB in all against {budget}" in prose
+                      r"the norm and overflow check ([\d.]+) GiB", out)
+    total, budget, head, check = llama.groups()
+    assert f"({check} GiB alone), {total} GiB in all against {budget}" in prose
     assert f"the head's {round(int(head.replace(',', '')) / 1e6)} million elements" in prose
     big = re.search(r"with 256 GiB of host RAM: .*micro-batch (\d+) x \d+ accumulation.*parameters and optimizer "
                     r"offloaded to the host: [\d.]+ GiB per GPU \(fits\), host RAM (\d+) GiB", out)

@@ -183,7 +183,7 @@ def test_the_paged_optimizer_row_misses_by_deepspeeds_offload_buffers():
     optimizer (the row borrows offload's lines) allocates none of them, and the row's note says by how much."""
     row = next(r for r in pp.ROWS if r.key == "torchtune-7b-full-lowmem-4090")
     parts = memory_of(row.shape(), row.choice())
-    deepspeed = 2 * REDUCE_BUCKET_ELEMENTS + parts["offload staging buffer"] + parts["gradient norm copy (FP64)"]
+    deepspeed = 2 * REDUCE_BUCKET_ELEMENTS + parts["offload staging buffer"] + parts["gradient norm and overflow check"]
     rest = pp.predict(row) - deepspeed
     assert row.expected_miss and f"high (about {pp.ratio(row):.2f})" in row.note
     assert f"({deepspeed / GIB:.1f} GiB); without them the ledger is about {rest / GIB:.1f} GiB" in row.note

@@ -88,13 +88,17 @@ Shape = TransformerShape | ArchitectureShape
 # - a staging buffer as large as the largest parameter, kept for the whole run (`temp_grad_buffer_for_gpu_offload`):
 #   each micro-batch after the first brings the host's accumulated gradient back through it to add the new one;
 # - at each step's last micro-batch, per parameter, an FP64 copy of its gradient for the norm
-#   (`set_norm_for_param_grad_in_gpu`: `.double().norm(2)`), then an FP32 one for the host: 8 B per element of the
-#   largest parameter at once, during backward.
+#   (`set_norm_for_param_grad_in_gpu`: `.double().norm(2)`, 8 B per element), then the overflow check
+#   (`_has_inf_or_nan`: an FP32 copy, two boolean masks and their OR, and an FP32 copy of that, 11 B per element
+#   at once), then an FP32 copy for the host: 11 B per element of the largest parameter, during backward.
 # On the host: the FP32 master weights, their FP32 gradient and Adam's moments (16 B/param), a BF16 copy of the
 # weights that stages the update (`param_buffer_of_bit16_for_cpu_offload_groups`, 2), with accumulation one BF16
 # buffer per parameter where the micro-batches' gradients add up (`async_accumulate_grad_in_cpu_via_gpu`, 2), and
-# a host twin of the staging buffer. Parameter offload and ZeRO-3 run stage3.py, whose buffers differ: this ledger
-# keeps its simpler count there (the bucket and one block of gradients).
+# a host twin of the staging buffer. All but Adam's moments are pinned (offload_config.py: pin_memory defaults to
+# True), and torch's pinned-memory allocator rounds each block up to a power of two
+# (ATen/core/CachingHostAllocator.h, `allocate`: PowerOf2Ceil below pinned_max_round_threshold, unbounded by default):
+# the flat FP32 master of a 7B model, 25 GiB, takes 32. Parameter offload and ZeRO-3 run stage3.py, whose GPU buffers
+# differ: this ledger keeps its simpler count there (the bucket and one block of gradients).
 REDUCE_BUCKET_ELEMENTS = 500_000_000
 PCIE_GB_PER_S = 25.0  # PCIe 4.0 x16: 32 GB/s on paper, about 25 achieved host <-> device (pinned memory)
 
@@ -469,7 +473,7 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         elif _zero_offload(choice):  # the buffers of REDUCE_BUCKET_ELEMENTS' comment, around the largest parameter
             largest = max(parameter_tensor_sizes(shape, choice))
             grads += 2 * largest if largest > REDUCE_BUCKET_ELEMENTS else 0
-            staging, norm_copy = 2 * largest, 8 * largest
+            staging, norm_copy = 2 * largest, 11 * largest
     else:
         trainable = n
         lines = setup_lines(choice.setup or ("deepspeed zero-2 bf16" if _sharded_amp(choice)
@@ -523,7 +527,7 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         if gathered:
             parts["gathered blocks (ZeRO-3)"] = gathered
         if staging:
-            parts |= {"offload staging buffer": int(staging), "gradient norm copy (FP64)": int(norm)}
+            parts |= {"offload staging buffer": int(staging), "gradient norm and overflow check": int(norm)}
         parts |= {"saved activations": int(saved), "recomputed block": int(recomputed),
                   "logits (FP32, loss forward)": int(logits), "logits gradient (FP32)": int(loss),
                   "autocast weight cache": int(cache),
@@ -734,34 +738,47 @@ def host_ram_bytes() -> int | None:
         return None
 
 
+def _pinned_bytes(nbytes: int) -> int:
+    """What torch's pinned (page-locked) host allocator takes for a block of `nbytes`: the next power of two
+    (ATen/core/CachingHostAllocator.h, torch 2.13; its pinned_max_round_threshold is unbounded by default)."""
+    return 1 << (nbytes - 1).bit_length() if nbytes > 1 else nbytes
+
+
 def host_memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
     """Host RAM per GPU process that `choice` keeps there (the program, its data and the CUDA driver's own pinned
     memory aside), as DeepSpeed v0.19.5 allocates it. Every optimizer offload: the FP32 master weights (4 B/param),
     their FP32 gradient (4) and the optimizer's states (AdamW 8, or 8-bit/4-bit as chosen). ZeRO-Offload
     (stage_1_and_2.py, REDUCE_BUCKET_ELEMENTS' comment) adds a BF16 copy of the weights that stages the update (2),
-    with accumulation a BF16 buffer where the micro-batches' gradients add up (2), and a staging buffer as large as
-    the largest parameter. Parameter offload and ZeRO-3 (stage3.py) add a flat buffer of gradient partitions in the
-    model's dtype, BF16 (`grad_partitions_flat_buffer`, 2), and with parameter offload the BF16 weights the GPU
-    fetches block by block (2). Under ZeRO sharding each process offloads its 1/N share. Without offload: no line."""
+    with accumulation a BF16 buffer per parameter where the micro-batches' gradients add up (2), and a staging
+    buffer as large as the largest parameter; all but the states are pinned, each block rounded up to a power of two
+    (`_pinned_bytes`; one parameter group's flat buffers). Parameter offload and ZeRO-3 (stage3.py) add a pinned flat
+    buffer of gradient partitions in the model's dtype, BF16 (`grad_partitions_flat_buffer`, 2), and with parameter
+    offload the pinned BF16 weights the GPU fetches block by block (`param_groups_fp16_flat_cpu_memory`, 2); their
+    FP32 master weights are not pinned. Under ZeRO sharding each process offloads its 1/N share. Without offload: no
+    line."""
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
     if not choice.offload_optimizer:
         return {}
     n, share = shape.n_params, choice.n_gpus if choice.sharding != "none" else 1
     lines = setup_lines(OFFLOAD_SETUP)
-    parts = {"FP32 master weights": int(lines["master"] * n), "FP32 gradient buffer": int(lines["gradients"] * n),
-             "optimizer states": int(_moments_bytes(lines, choice.optimizer) * n)}
+    states = int(_moments_bytes(lines, choice.optimizer) * n) // share
     if _zero_offload(choice):
-        parts["BF16 weights (staging the update)"] = int(lines["weights"] * n)
-        if choice.accumulation > 1:
-            parts["BF16 gradient accumulation"] = int(lines["weights"] * n)
-    else:
-        parts["BF16 gradient partitions"] = int(lines["weights"] * n)
-        if choice.offload_parameters:
-            parts["BF16 weights (parameter offload)"] = int(lines["weights"] * n)
-    parts = {k: v // share for k, v in parts.items()}
-    if _zero_offload(choice):
-        parts["offload staging buffer"] = 2 * max(parameter_tensor_sizes(shape, choice))
+        sizes = parameter_tensor_sizes(shape, choice)
+        parts = {"FP32 master weights": _pinned_bytes(int(lines["master"] * n) // share),
+                 "FP32 gradient buffer": _pinned_bytes(int(lines["gradients"] * n) // share),
+                 "optimizer states": states,
+                 "BF16 weights (staging the update)": _pinned_bytes(int(lines["weights"] * n) // share)}
+        if choice.accumulation > 1:  # one buffer per parameter (its share under ZeRO-1/2)
+            parts["BF16 gradient accumulation"] = sum(_pinned_bytes(int(lines["weights"] * size) // share)
+                                                      for size in sizes)
+        parts["offload staging buffer"] = _pinned_bytes(2 * max(sizes))
+        return parts
+    parts = {"FP32 master weights": int(lines["master"] * n) // share,
+             "FP32 gradient buffer": int(lines["gradients"] * n) // share, "optimizer states": states,
+             "BF16 gradient partitions": _pinned_bytes(int(lines["weights"] * n) // share)}
+    if choice.offload_parameters:
+        parts["BF16 weights (parameter offload)"] = _pinned_bytes(int(lines["weights"] * n) // share)
     return parts
 
 
@@ -803,8 +820,11 @@ def costs(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S) ->
       and, from the second micro-batch on, brings the host's running sum back up to add to (2 B/param each way),
       sends the FP32 sum at the last micro-batch (4 B/param; alone, with one micro-batch per step) and brings the
       updated BF16 weights up once per step (2 B/param): 4 x accumulation + 4 B/param per step, 6 with one
-      micro-batch. Parameter offload (and ZeRO-3) counts the BF16 gradients down every micro-batch and the weights
-      up in forward and again in backward of every micro-batch (4 B/param per micro-batch); others: none;
+      micro-batch, each rank its 1/N share under ZeRO-1/2. Parameter offload and ZeRO-3 (stage3.py,
+      `partition_grads`) move each micro-batch's gradient partition down and back up (the first) or up and back
+      down (the others), 4 B/param, and the FP32 sum down at the last (4); parameter offload brings the weights up
+      in forward and again in backward of every micro-batch (4 B/param per micro-batch), ZeRO-3 alone the updated
+      weights once (2); others: none;
     - PCIe seconds at `pcie_gb_per_s` (decimal GB/s);
     - with tensor parallelism (t > 1), "tensor-parallel bytes" per GPU: 4 ring all-reduces of a micro-batch's
       activations per layer (6 with checkpointing), 2 (t - 1)/t x tokens x d each, over the stage's layers;
@@ -832,10 +852,12 @@ def costs(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S) ->
     else:
         comm = 2 * ring * grad_size * n
     pcie = 0.0
-    if _zero_offload(choice):  # gradients down and the running sum up, the FP32 sum down, the weights up
-        pcie = (4.0 * micro + 2 if micro > 1 else 4.0) * shape.n_params + 2.0 * shape.n_params
-    elif choice.offload_optimizer:
-        pcie = 2.0 * shape.n_params * micro  # gradients down, every micro-batch
+    if _zero_offload(choice):  # gradients down and the running sum up, the FP32 sum down, the weights up: each
+        # rank moves its partition's only under ZeRO-1/2 (stage_1_and_2.py copies `is_param_in_current_partition`)
+        pcie = ((4.0 * micro + 2 if micro > 1 else 4.0) + 2.0) * shape.n_params
+        pcie /= n_gpus if choice.sharding != "none" else 1
+    elif choice.offload_optimizer:  # stage3.py: each micro-batch's partition down and up, the FP32 sum down
+        pcie = (4.0 * micro + 4) * shape.n_params
         pcie += 2 * 2.0 * shape.n_params * micro if choice.offload_parameters else 2.0 * shape.n_params
     out = {"recompute %": 100 / 3 if choice.checkpointing else 0.0, "communication bytes": comm,
            "PCIe bytes": pcie, "PCIe seconds": pcie / (pcie_gb_per_s * 1e9)}
@@ -986,13 +1008,14 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
         return widest(choice, current)
     model_parallel = tensor_parallel > 1 or pipeline_stages > 1
     offload = None if model_parallel else replace(choice, offload_optimizer=True, optimizer="adamw")
-    if allow_offload and offload is not None and host_fits(offload, "optimizer offload"):
-        choice = offload
-        current = note("+ optimizer offload (ZeRO-Offload: BF16 weights on the GPU, FP32 master and Adam on the "
-                       "host)", choice)
-        if current.fits:
-            return widest(choice, current)
-        params = replace(choice, offload_parameters=True)
+    if allow_offload and offload is not None:
+        if host_fits(offload, "optimizer offload"):
+            choice = offload
+            current = note("+ optimizer offload (ZeRO-Offload: BF16 weights on the GPU, FP32 master and Adam on the "
+                           "host)", choice)
+            if current.fits:
+                return widest(choice, current)
+        params = replace(offload, offload_parameters=True)  # tried on its own host ledger, smaller than ZeRO-Offload's
         if host_fits(params, "parameter offload"):
             choice = params
             current = note("+ parameter offload (ZeRO-Infinity / FSDP2 CPUOffloadPolicy: only the blocks in use "
@@ -1164,7 +1187,7 @@ def _short(reason: str) -> str:
 FIGURE_LINES = ("weights", "gradients", "optimizer states", "saved activations", "logits (FP32, loss forward)",
                 "logits gradient (FP32)", "optimizer step temporaries", "recomputed block", "autocast weight cache",
                 "LoRA intermediates", "dequantized matrix (NF4)", "gathered blocks (ZeRO-3)", "offload staging buffer",
-                "gradient norm copy (FP64)", "FP32 master weights", "FP32 gradient buffer", "log-probabilities")
+                "gradient norm and overflow check", "FP32 master weights", "FP32 gradient buffer", "log-probabilities")
 
 
 def plan_figure(p: Plan, title: str = "") -> Any:
