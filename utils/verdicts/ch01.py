@@ -16,8 +16,9 @@ BPP_TOLERANCE = 0.5  # bytes per parameter: Adam's 4-byte step counters and bias
 C01_CRITERION = "holds if FP32 + AdamW measures 16 +- 0.5 bytes per parameter before activations; fails otherwise"
 C02_CRITERION = ("holds if the regime the claim describes (half weights and gradients + FP32 master weights + two "
                  "FP32 moments) measures 16 +- 0.5 B/param; fails otherwise")
-C03_CRITERION = ("holds if both mixed-precision regimes keep 18 +- 0.5 B/param between steps; depends if only the "
-                 "half-weights + FP32-master regime with FP32 gradients does (torch.amp keeps 16); fails if neither")
+C03_CRITERION = ("holds if both mixed-precision regimes hold 18 +- 0.5 B/param with every parameter-sized tensor "
+                 "alive (weights, gradients, master copy, moments: the optimizer step); depends if only the "
+                 "half-weights + FP32-master regime with FP32 gradients does (torch.amp holds 16); fails if neither")
 C04_LOW, C04_HIGH = 0.20, 0.30
 C04_CRITERION = ("holds if the step's peak exceeds weights + gradients + optimizer states by 20-30% in every "
                  "realistic configuration judged; partly if in some; fails if in none")
