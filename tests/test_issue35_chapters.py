@@ -162,3 +162,21 @@ def test_units_check_refuses_a_label_read_as_gib() -> None:
                          "little less as its total.")
     with pytest.raises(TypeError, match="text"):
         unit_problems(None)
+
+
+# Issue 35, clarity: chapters 00-04 read and run in about an hour. Session 6 cut chapter 01 from 7,487 words of prose
+# to 5,493, chapter 02 from 6,072 to 4,998 and chapter 04 from 6,151 to 4,981; no paragraph (a table aside, each list
+# item its own paragraph) runs past 150 words (chapter 00 had one of 491, chapter 01 one of 706).
+PROSE_WORDS_AT_MOST = {"00": 3500, "01": 5500, "02": 5000, "03": 5000, "04": 5000}
+
+
+def test_chapters_00_to_04_stay_short_enough_to_read_and_run_in_an_hour() -> None:
+    for chapter, cap in PROSE_WORDS_AT_MOST.items():
+        cells = [c for c in _cells(NB[chapter]) if c["cell_type"] == "markdown"
+                 and not {"hosted-header", "navigation"} & set(c.get("metadata", {}).get("course", {}))]
+        words = sum(len("".join(c["source"]).split()) for c in cells)
+        assert words <= cap, f"chapter {chapter}: {words} words of prose, more than {cap}"
+        paragraphs = [p for c in cells for p in "".join(c["source"]).split("\n\n") if not p.lstrip().startswith("|")]
+        longest = max(paragraphs, key=lambda p: len(p.split()))
+        assert len(longest.split()) <= 150, f"chapter {chapter}: a paragraph of {len(longest.split())} words: " \
+                                            f"{longest[:80]!r}"
