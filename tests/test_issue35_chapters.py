@@ -165,9 +165,10 @@ def test_units_check_refuses_a_label_read_as_gib() -> None:
 
 
 # Issue 35, clarity: chapters 00-04 read and run in about an hour. Session 6 cut chapter 01 from 7,487 words of prose
-# to 5,493, chapter 02 from 6,072 to 4,998 and chapter 04 from 6,151 to 4,981; no paragraph (a table aside, each list
+# to 5,493, chapter 02 from 6,072 to 4,998 and chapter 04 from 6,151 to 4,981 (then about 50 words each came back
+# after the outside review of the cuts); no paragraph (a table aside, each list
 # item its own paragraph) runs past 150 words (chapter 00 had one of 491, chapter 01 one of 706).
-PROSE_WORDS_AT_MOST = {"00": 3500, "01": 5500, "02": 5000, "03": 5000, "04": 5000}
+PROSE_WORDS_AT_MOST = {"00": 3500, "01": 5600, "02": 5100, "03": 5000, "04": 5100}
 
 
 def test_chapters_00_to_04_stay_short_enough_to_read_and_run_in_an_hour() -> None:
