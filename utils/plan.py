@@ -1008,20 +1008,17 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
         return widest(choice, current)
     model_parallel = tensor_parallel > 1 or pipeline_stages > 1
     offload = None if model_parallel else replace(choice, offload_optimizer=True, optimizer="adamw")
-    if allow_offload and offload is not None:
-        if host_fits(offload, "optimizer offload"):
-            choice = offload
-            current = note("+ optimizer offload (ZeRO-Offload: BF16 weights on the GPU, FP32 master and Adam on the "
-                           "host)", choice)
-            if current.fits:
-                return widest(choice, current)
-        params = replace(offload, offload_parameters=True)  # tried on its own host ledger, smaller than ZeRO-Offload's
-        if host_fits(params, "parameter offload"):
-            choice = params
-            current = note("+ parameter offload (ZeRO-Infinity / FSDP2 CPUOffloadPolicy: only the blocks in use "
-                           "on the GPU)", choice)
-            if current.fits:
-                return widest(choice, current)
+    if allow_offload and offload is not None:  # each tried on its own host ledger (parameter offload's is smaller)
+        for candidate, name, label in (
+                (offload, "optimizer offload", "+ optimizer offload (ZeRO-Offload: BF16 weights on the GPU, FP32 "
+                                               "master and Adam on the host)"),
+                (replace(offload, offload_parameters=True), "parameter offload",
+                 "+ parameter offload (ZeRO-Infinity / FSDP2 CPUOffloadPolicy: only the blocks in use on the GPU)")):
+            if host_fits(candidate, name):
+                choice = candidate
+                current = note(label, choice)
+                if current.fits:
+                    return widest(choice, current)
     if allow_lora:
         choice = replace(choice, lora_rank=lora_rank, offload_optimizer=False, offload_parameters=False,
                          optimizer="adamw", sharding="none" if n_gpus == 1 else choice.sharding)
