@@ -47,6 +47,7 @@ import contextlib
 import functools
 import importlib
 import itertools
+import operator
 import os
 import stat
 import sys
@@ -133,6 +134,7 @@ def _any_marked(args: tuple, kwargs: dict) -> bool:
 # StorageWeakRef.expired() without its two Python layers (torch/multiprocessing/reductions.py, torch/storage.py): the
 # sweep below checks every live storage at most allocations, and those layers were two thirds of a chapter's time
 _EXPIRED = torch.UntypedStorage._expired
+_REF, _CDATA = operator.itemgetter(0), operator.attrgetter("cdata")  # (weak ref, handle) -> the ref's cdata, in C
 
 
 class _State:
@@ -143,7 +145,6 @@ class _State:
         self.profile = profile
         self.lock = threading.RLock()
         self.live: dict[int, tuple[StorageWeakRef, int]] = {}  # storage key -> (weak ref, allocator handle)
-        self.weak: dict[int, int] = {}  # storage key -> its weak ref's cdata (what the sweep checks), as `live`
         self.context_bytes = context_mib(profile) * MIB if profile.kind == "cuda" else 0
         self.alloc_conf = alloc_conf
         self.allocator = CachingAllocatorModel.from_conf(profile.total_memory, alloc_conf,
@@ -161,9 +162,9 @@ class _State:
 
     def sweep(self) -> None:
         with self.lock:
-            dead = list(itertools.compress(self.weak.keys(), map(_EXPIRED, self.weak.values())))  # a loop in C
+            refs = map(_CDATA, map(_REF, self.live.values()))
+            dead = list(itertools.compress(self.live.keys(), map(_EXPIRED, refs)))  # one loop in C, no Python frame
             for k in dead:
-                del self.weak[k]
                 _, handle = self.live.pop(k)
                 self._free(handle)
             self.since_sweep = 0
@@ -214,23 +215,20 @@ class _State:
                 if known is not None and not _EXPIRED(known[0].cdata):
                     continue
                 if known is not None:  # the address was reused by a new storage: the old one died
-                    del self.weak[key]
                     self._free(self.live.pop(key)[1])
                 nbytes = storage.nbytes()
                 if nbytes == 0:  # the caching allocator hands out no block for an empty storage
                     continue
                 if len(self.live) < 2000 or self.since_sweep >= 64 or nbytes >= MIB:
                     self.sweep()  # frees are seen at the next allocation: peaks stay close to the real ones
-                ref = StorageWeakRef(storage)
-                self.live[key], self.weak[key] = (ref, self._malloc(nbytes)), ref.cdata
+                self.live[key] = (StorageWeakRef(storage), self._malloc(nbytes))
             self.since_sweep += 1
 
     def untrack(self, t: torch.Tensor) -> None:
         """`t` left the simulated GPU (a copy to the CPU): forget its storage, and its mark."""
         t.__dict__.pop(_MARK, None)
         with self.lock:
-            key = t.untyped_storage()._cdata
-            known, _ = self.live.pop(key, None), self.weak.pop(key, None)
+            known = self.live.pop(t.untyped_storage()._cdata, None)
             if known is not None:
                 self._free(known[1])
 
