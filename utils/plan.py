@@ -489,7 +489,7 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
     if choice.sharding in ("zero1", "zero2", "zero3"):
         states /= n_gpus
         trainable /= n_gpus  # each rank steps its shard
-    if choice.sharding in ("zero2", "zero3") and not staging:  # (ZeRO-Offload's buffers are whole on every rank)
+    if choice.sharding in ("zero2", "zero3") and not _zero_offload(choice):  # (its buffers are whole on every rank)
         grads /= n_gpus
     if choice.sharding == "zero3" and not choice.offload_parameters:  # (with parameter offload the weights
         weights /= n_gpus  # line already is the blocks in use, gathered: they are not counted twice)
@@ -762,23 +762,21 @@ def host_memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
         return {}
     n, share = shape.n_params, choice.n_gpus if choice.sharding != "none" else 1
     lines = setup_lines(OFFLOAD_SETUP)
+    master, gradients, bf16 = (int(lines[k] * n) // share for k in ("master", "gradients", "weights"))
     states = int(_moments_bytes(lines, choice.optimizer) * n) // share
     if _zero_offload(choice):
         sizes = parameter_tensor_sizes(shape, choice)
-        parts = {"FP32 master weights": _pinned_bytes(int(lines["master"] * n) // share),
-                 "FP32 gradient buffer": _pinned_bytes(int(lines["gradients"] * n) // share),
-                 "optimizer states": states,
-                 "BF16 weights (staging the update)": _pinned_bytes(int(lines["weights"] * n) // share)}
+        parts = {"FP32 master weights": _pinned_bytes(master), "FP32 gradient buffer": _pinned_bytes(gradients),
+                 "optimizer states": states, "BF16 weights (staging the update)": _pinned_bytes(bf16)}
         if choice.accumulation > 1:  # one buffer per parameter (its share under ZeRO-1/2)
             parts["BF16 gradient accumulation"] = sum(_pinned_bytes(int(lines["weights"] * size) // share)
                                                       for size in sizes)
         parts["offload staging buffer"] = _pinned_bytes(2 * max(sizes))
         return parts
-    parts = {"FP32 master weights": int(lines["master"] * n) // share,
-             "FP32 gradient buffer": int(lines["gradients"] * n) // share, "optimizer states": states,
-             "BF16 gradient partitions": _pinned_bytes(int(lines["weights"] * n) // share)}
+    parts = {"FP32 master weights": master, "FP32 gradient buffer": gradients, "optimizer states": states,
+             "BF16 gradient partitions": _pinned_bytes(bf16)}
     if choice.offload_parameters:
-        parts["BF16 weights (parameter offload)"] = _pinned_bytes(int(lines["weights"] * n) // share)
+        parts["BF16 weights (parameter offload)"] = _pinned_bytes(bf16)
     return parts
 
 
