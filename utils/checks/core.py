@@ -193,14 +193,6 @@ class Watch:
 WATCHING: list[Watch] = []  # the own_work blocks running now, innermost last
 
 
-def _signature_of(code: Any, seen: dict[int, tuple]) -> tuple | None:
-    """signature(code), computed once per code object (kept alive in `seen`, so its id is not reused)."""
-    found = seen.get(id(code))
-    if found is None:
-        found = seen[id(code)] = (code, signature(code))
-    return found[1]
-
-
 # What a learner's call may not do while a check watches it: switch the watch off or start threads it cannot see.
 _WATCH_SWITCHES = (sys.setprofile, sys.settrace)
 # ... or start a process: the watch runs in this one, so a reference called in a child is not seen (review 34c, A5).
@@ -337,34 +329,49 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                   if s is not None}
     folders = tuple(f"/{m.replace('.', '/')}/" for m in modules)
     hits: list[str] = []
-    seen: dict[int, tuple] = {}  # id(code) -> (code, its signature): each code object's signature computed once
+    seen: dict[int, tuple] = {}  # id(code) -> what `known` found: each code object looked at once
     previous = sys.getprofile()
     previous_thread_hook = getattr(threading, "_profile_hook", None)
     start_thread = threading.Thread.start.__code__
+    # The hook runs at every call of the block (a decode over 65,536 bit patterns makes millions): a C call is
+    # looked at further only when it is one of the functions below (one set lookup), or when methods or modules
+    # are watched, which need its type or module.
+    watched_c = builtins | {id(f) for f in (*_WATCH_SWITCHES, _thread.start_new_thread, *_FRAME_READERS,
+                                            *_PROCESS_STARTS)}
+    c_slow = bool(methods or modules)
+
+    def known(code: Any) -> tuple:
+        """(code, its signature where copies are watched, whether a watched module's file holds it), kept in `seen`
+        (which keeps the code alive, so that its id is not reused)."""
+        found = seen[id(code)] = (code, signature(code) if signatures else None,
+                                  bool(folders) and any(f in _module_of(code) for f in folders))
+        return found
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if not hits:
             if event == "call":
                 code = frame.f_code
-                if code in codes or (signatures and _signature_of(code, seen) in signatures):
+                _, copied, in_module = seen.get(id(code)) or known(code)
+                if code in codes or (copied is not None and copied in signatures):
                     hits.append(f"a call to {getattr(code, 'co_qualname', code.co_name)}")
                 elif code in _FRAME_READER_CODES and frame.f_back is not None and _learners(frame.f_back.f_code):
                     hits.append(f"a call to inspect.{code.co_name} (reading the frames of the check that calls "
                                 "your answer)")
-                elif folders and any(f in _module_of(code) for f in folders):
+                elif in_module:
                     hits.append(f"a call to {code.co_name} of {modules[0]}")
-            elif event == "c_call":
-                if id(arg) in builtins or (methods and (type(getattr(arg, "__self__", None)),
-                                                         getattr(arg, "__name__", "")) in methods):
+            elif event == "c_call" and (c_slow or id(arg) in watched_c):
+                special = id(arg) in watched_c
+                if (special and id(arg) in builtins) or (methods and (type(getattr(arg, "__self__", None)),
+                                                                      getattr(arg, "__name__", "")) in methods):
                     hits.append(f"a call to {getattr(arg, '__qualname__', repr(arg))}")
-                elif any(arg is s for s in _WATCH_SWITCHES) and frame.f_code is not _OWN_WORK_CODE:
+                elif special and any(arg is s for s in _WATCH_SWITCHES) and frame.f_code is not _OWN_WORK_CODE:
                     hits.append(f"a call to sys.{arg.__name__} (switching off the check's watch)")
-                elif arg is _thread.start_new_thread and frame.f_code is not start_thread:
+                elif special and arg is _thread.start_new_thread and frame.f_code is not start_thread:
                     hits.append("a call to _thread.start_new_thread (a thread the check cannot watch)")
-                elif any(arg is r for r in _FRAME_READERS) and _learners(frame.f_code):
+                elif special and any(arg is r for r in _FRAME_READERS) and _learners(frame.f_code):
                     hits.append(f"a call to sys.{arg.__name__} (reading the frames of the check that calls your "
                                 "answer)")
-                elif any(arg is s for s in _PROCESS_STARTS) and frame.f_code not in TRUSTED_FORKS:
+                elif special and any(arg is s for s in _PROCESS_STARTS) and frame.f_code not in TRUSTED_FORKS:
                     hits.append(f"a call to {getattr(arg, '__module__', None) or 'os'}.{arg.__name__} (a process the "
                                 "check cannot watch)")
                 elif modules and str(getattr(arg, "__module__", "") or getattr(
