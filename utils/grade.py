@@ -598,7 +598,7 @@ def reference_imports(submission: NotebookNode, lab: NotebookNode) -> list[str]:
 INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "__self__", "cell_contents", "setprofile",
              "settrace", "getprofile", "gettrace", "FunctionType", "CodeType", "_getframe", "currentframe", "f_back",
              "f_globals", "f_locals", "f_code", "tb_frame", "tb_next", "gi_frame", "cr_frame", "ag_frame", "inspect",
-             "getargvalues", "_current_frames", "get_referents", "get_referrers", "get_objects",
+             "getargvalues", "_current_frames", "get_referents", "get_referrers", "get_objects", "unfreeze",
              "spec_from_file_location", "SourceFileLoader", "run_path", "ctypes", "meta_path", "sys.modules",
              # a process started by the answer runs outside the check's watch (review 34c, A5)
              "fork", "forkpty", "posix_spawn", "posix_spawnp", "subprocess", "multiprocessing", "_posixsubprocess",
