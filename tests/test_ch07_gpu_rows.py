@@ -144,8 +144,8 @@ def test_the_observer_is_said_to_have_fired_on_no_gpu_while_no_run_recorded_it()
 
 
 def test_the_census_reading_says_which_is_larger_as_the_rows_do():
-    """E07-4: "the graph census sees all of it" was false on the H100 (its gc census is the larger); the reading now
-    says what each counts and which is larger in each run, as the printed rows have it."""
+    """E07-4: "the graph census sees all of it" was false; the reading says what each census counts, which is larger
+    in this run as the printed rows have it, and that the committed H100 run's graph census undercounts."""
     out = _outputs(_code("def steps_with"))
     gc_b, graph_b = (int(x.replace(",", "")) for x in
                      re.search(r"\| validation loss kept with its graph +\| ([\d,]+) +\| ([\d,]+) +\|", out).groups())
@@ -156,8 +156,15 @@ def test_the_census_reading_says_which_is_larger_as_the_rows_do():
     prose = _prose()
     assert "sees all of it" not in prose
     assert ("in this run's table the graph census is" in prose) == (graph_b > gc_b)
-    assert ("in the committed H100 run printed under it (GPT-2 small at full size) the gc census is" in prose) == \
-        (gpu["gc_census_B"] > gpu["graph_census_B"])
+    # review s7 F21: the H100's graph census failed the calibration cell (torch 2.11): its rows cannot say which
+    # census is larger, and the reading says so with the executed notebook's figures
+    executed = nbformat.read(ROOT / "results" / "nvidia-h100-80gb-hbm3" / "executed" / NOTEBOOK.name, as_version=4)
+    line = next(t for c in executed.cells if c.cell_type == "code" for t in [_outputs(c)] if "its graph holds" in t)
+    held, by_hand = (re.search(r"its graph holds ([\d,]+) B", line).group(1),
+                     re.search(r"by hand: \(.*: ([\d,]+) B\)", line).group(1))
+    assert int(held.replace(",", "")) < int(by_hand.replace(",", ""))  # the calibration failed there
+    assert f"holding {held} B where the hand count gives {by_hand} B" in prose
+    assert "its graph row undercounts" in prose
 
 
 def test_the_gpu_gaps_are_read_from_the_committed_run():
