@@ -357,6 +357,23 @@ def test_prepare_replaces_checks_with_the_graders_own():
         assert "nonce='n0'" in nb.cells[ids.index(cell_id)].source
 
 
+def test_the_memory_caps_warm_up_builds_an_optimizer_only_where_the_lab_names_one():
+    """An optimizer's first construction imports torch._dynamo (about a second and 67 MiB of address space): the
+    grader's warm-up before a memory cap does it where the lab's code, checks or held-out cases name torch.optim
+    (so that an answer that trains does not pay it inside its cap), and skips it for lab 00, which trains nothing.
+    That the cap still catches an answer over it: test_an_answer_over_its_memory_cap_scores_zero_with_the_reason."""
+    def warm(lab: Path) -> set[str]:
+        nb, owned, _ = prepare(nbformat.read(lab, as_version=4), nbformat.read(lab, as_version=4), nonce="n")
+        return {c.source.rpartition("warm_optimizer=")[2].split(")")[0] for c in nb.cells if c.id in owned}
+
+    assert warm(LAB) == {"False"}
+    assert warm(ROOT / "labs" / "lab07_memory_profiling.ipynb") == {"True"}
+    edited = nbformat.read(LAB, as_version=4)
+    edited.cells.append(nbformat.v4.new_code_cell("opt = torch.optim.SGD(model.parameters(), lr=0.1)"))
+    nb, owned, _ = prepare(edited, nbformat.read(LAB, as_version=4), nonce="n")
+    assert all("warm_optimizer=True" in c.source for c in nb.cells if c.id in owned)  # the learner's own optimizer
+
+
 def test_score_reads_only_this_runs_verdicts():
     nb, owned, exercises = prepare(submission(RIGHT), nbformat.read(LAB, as_version=4), nonce="right")
     fake = {"exercise": "0.1", "status": "passed", "points": 1, "max_points": 1, "message": "", "nonce": "wrong"}

@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -252,7 +252,8 @@ def _seal_cell_source(imports: dict[str, list[str]]) -> str:
                       "del _grader_runner, _grader_spec, _grader_iu"])
 
 
-def _grader_cell_source(modules: list[str], exercise: Exercise, hidden: Path | None, nonce: str) -> str:
+def _grader_cell_source(modules: list[str], exercise: Exercise, hidden: Path | None, nonce: str,
+                        warm_optimizer: bool) -> str:
     parse_check_call(exercise.check or "")  # the lab was validated; this keeps a hand-made lab honest
     return "\n".join([
         _load_runner(),
@@ -260,9 +261,20 @@ def _grader_cell_source(modules: list[str], exercise: Exercise, hidden: Path | N
         f"call={exercise.check!r}, hidden_path={str(hidden) if hidden and hidden.exists() else None!r}, "
         f"memory_limit_mb={exercise.memory_limit_mb!r}, nonce={nonce!r}, mime={CHECK_MIME!r}, "
         f"modules={tuple(modules)!r}, record={exercise.id not in IN_KERNEL!r}, "
-        f"clean_stack={exercise.id not in SAME_THREAD!r})",
+        f"clean_stack={exercise.id not in SAME_THREAD!r}, warm_optimizer={warm_optimizer!r})",
         "del _grader_runner, _grader_spec, _grader_iu",
     ])
+
+
+def _names_optimizers(submission: NotebookNode, modules: Iterable[str], hidden: Path | None) -> bool:
+    """Whether the submission's code cells, the lab's check modules or its held-out cases name torch.optim: then
+    the memory cap's warm-up builds an optimizer first (grading/runner.py, WARM_OPTIMIZER), so that an answer that
+    trains does not pay torch._dynamo's import (about 67 MiB of address space) inside its cap. Where nothing does
+    (lab 00), the warm-up skips that second of CPU."""
+    texts = [c.get("source", "") for c in submission.get("cells", []) if c.get("cell_type") == "code"]
+    texts += [(REPO_ROOT / Path(*m.split("."))).with_suffix(".py").read_text(encoding="utf-8") for m in modules]
+    texts += [hidden.read_text(encoding="utf-8")] if hidden is not None and hidden.exists() else []
+    return any("optim" in (t if isinstance(t, str) else "".join(t)) for t in texts)
 
 
 def prepare(submission: NotebookNode, lab: NotebookNode, *, nonce: str = "", hidden_dir: Path = HIDDEN_DIR
@@ -284,13 +296,15 @@ def prepare(submission: NotebookNode, lab: NotebookNode, *, nonce: str = "", hid
     imports = lab_check_imports(lab)
     hidden = hidden_path(str(name), hidden_dir)
     by_id = {e.id: e for e in exercises}
+    warm_optimizer = _names_optimizers(nb, imports, hidden)
     owned: dict[str, str] = {}
     lab_ids = [c.get("id") for c in lab.cells]
     for position, cell in enumerate(lab.cells):
         exercise = _course(cell).get("check")
         if exercise not in by_id:
             continue
-        check = nbformat.v4.new_code_cell(_grader_cell_source(list(imports), by_id[exercise], hidden, nonce))
+        check = nbformat.v4.new_code_cell(_grader_cell_source(list(imports), by_id[exercise], hidden, nonce,
+                                                              warm_optimizer))
         check.id = f"grader-{uuid.uuid4().hex[:12]}"
         owned[check.id] = exercise
         # After the nearest earlier lab cell still present in the submission (normally the exercise itself).
