@@ -1,5 +1,6 @@
-"""The suite's nbval kernels are started again when one dies before its first reply (a TCP port taken by another
-process between jupyter_client's pick and the kernel's bind): conftest._start_kernel_retrying."""
+"""Kernels that die before their first reply (a TCP port taken by another process between jupyter_client's pick
+and the kernel's bind) are started again: the suite's nbval kernels (conftest._start_kernel_retrying) and the
+grader's (utils.grade._start_kernel)."""
 
 import importlib.util
 from pathlib import Path
@@ -54,3 +55,33 @@ def test_other_failures_and_a_third_death_are_raised(monkeypatch):
     with pytest.raises(RuntimeError, match="kernel_info"):
         module._start_kernel_retrying()
     assert len(deaths) == 3
+
+
+def test_a_grading_kernel_that_dies_at_birth_is_started_again():
+    """utils.grade._start_kernel: the same port race in the grader (a grade never depends on it: no cell has run)."""
+    from utils.grade import _start_kernel
+
+    class Client:
+        def __init__(self, deaths: int, message: str = "Kernel died before replying to kernel_info") -> None:
+            self.deaths, self.message, self.started, self.km = deaths, message, 0, None
+
+        def create_kernel_manager(self):
+            return object()
+
+        def start_new_kernel(self) -> None:
+            self.started += 1
+
+        def start_new_kernel_client(self) -> None:
+            if self.started <= self.deaths:
+                self.km = None  # as nbclient's cleanup leaves it
+                raise RuntimeError(self.message)
+
+    client = Client(deaths=2)
+    _start_kernel(client)
+    assert client.started == 3 and client.km is not None
+    with pytest.raises(RuntimeError, match="kernel_info"):
+        _start_kernel(Client(deaths=3))
+    broken = Client(deaths=1, message="No such kernel named python3")
+    with pytest.raises(RuntimeError, match="No such kernel"):
+        _start_kernel(broken)
+    assert broken.started == 1

@@ -345,6 +345,7 @@ def execute(nb: NotebookNode, owned: dict[str, str], time_limit_s: float, workdi
         resources={"metadata": {"path": str(workdir)}}, timeout=int(time_limit_s),
     )
     deadline = time.monotonic() + time_limit_s
+    _start_kernel(client)
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
@@ -365,6 +366,22 @@ def execute(nb: NotebookNode, owned: dict[str, str], time_limit_s: float, workdi
     if client.truncated:
         notes.append(f"output beyond {MAX_OUTPUT_BYTES:,} bytes was dropped")
     return notes
+
+
+def _start_kernel(client: NotebookClient, attempts: int = 3) -> None:
+    """Start `client`'s kernel and its client, again (up to `attempts` times) when the kernel dies before its first
+    reply: jupyter_client picks free TCP ports before the kernel binds them, and ipykernel binds a port it is given
+    once (ipykernel/kernelapp.py, `_bind_socket`), so a process that takes one in between (another grading kernel, a
+    server) kills the kernel at birth. No cell has run then: a grade never depends on it."""
+    for attempt in range(attempts):
+        client.km = client.create_kernel_manager()
+        client.start_new_kernel()
+        try:
+            client.start_new_kernel_client()  # on failure it shuts the kernel down and clears km and kc
+            return
+        except RuntimeError as exc:
+            if "before replying to kernel_info" not in str(exc) or attempt == attempts - 1:
+                raise
 
 
 def _hand(exercise: Exercise) -> ExerciseScore:
