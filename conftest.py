@@ -1,25 +1,16 @@
 """Repository-wide pytest hooks (tests/conftest.py holds the test settings; this file also reaches notebooks/)."""
 
+import functools
+
 import nbval.kernel
 import pytest
 
+from utils.kernels import started_again
 
-def _start_kernel_retrying(*args, **kwargs):
-    """nbval's start_new_kernel, tried up to three times. jupyter_client picks free TCP ports for a kernel before
-    the kernel binds them, and ipykernel binds a port it is given once (kernelapp._bind_socket): when another
-    process takes one in between, the kernel dies before its first reply ("Kernel died before replying to
-    kernel_info"). A suite that starts kernels on two workers and in graders at once met it once in about ten
-    runs (session 7: chapter 07's kernel). No cell has run when it happens, so starting again changes nothing."""
-    for attempt in range(3):
-        try:
-            return _START_NEW_KERNEL(*args, **kwargs)
-        except RuntimeError as exc:
-            if "before replying to kernel_info" not in str(exc) or attempt == 2:
-                raise
-
-
+# nbval's kernels are started again when one dies before its first reply (a port race: utils.kernels.started_again)
 _START_NEW_KERNEL = nbval.kernel.start_new_kernel
-nbval.kernel.start_new_kernel = _start_kernel_retrying
+nbval.kernel.start_new_kernel = functools.wraps(_START_NEW_KERNEL)(
+    lambda *args, **kwargs: started_again(lambda: _START_NEW_KERNEL(*args, **kwargs)))
 
 
 @pytest.hookimpl(hookwrapper=True)

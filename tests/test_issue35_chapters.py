@@ -171,14 +171,19 @@ def test_units_check_refuses_a_label_read_as_gib() -> None:
 PROSE_WORDS_AT_MOST = {"00": 3500, "01": 5600, "02": 5100, "03": 5000, "04": 5100}
 
 
+def prose_budget(path: Path) -> tuple[int, str]:
+    """(words of prose, the longest paragraph) of a chapter: its markdown without the hosted header and the
+    navigation; a table aside, each list item its own paragraph."""
+    cells = [c for c in _cells(path) if c["cell_type"] == "markdown"
+             and not {"hosted-header", "navigation"} & set(c.get("metadata", {}).get("course", {}))]
+    paragraphs = [p for c in cells for p in "".join(c["source"]).split("\n\n") if not p.lstrip().startswith("|")]
+    return sum(len("".join(c["source"]).split()) for c in cells), max(paragraphs, key=lambda p: len(p.split()))
+
+
 def test_chapters_00_to_04_stay_short_enough_to_read_and_run_in_an_hour() -> None:
     for chapter, cap in PROSE_WORDS_AT_MOST.items():
-        cells = [c for c in _cells(NB[chapter]) if c["cell_type"] == "markdown"
-                 and not {"hosted-header", "navigation"} & set(c.get("metadata", {}).get("course", {}))]
-        words = sum(len("".join(c["source"]).split()) for c in cells)
+        words, longest = prose_budget(NB[chapter])
         assert words <= cap, f"chapter {chapter}: {words} words of prose, more than {cap}"
-        paragraphs = [p for c in cells for p in "".join(c["source"]).split("\n\n") if not p.lstrip().startswith("|")]
-        longest = max(paragraphs, key=lambda p: len(p.split()))
         assert len(longest.split()) <= 150, f"chapter {chapter}: a paragraph of {len(longest.split())} words: " \
                                             f"{longest[:80]!r}"
 
@@ -187,8 +192,6 @@ def test_chapters_05_and_07_stay_within_their_budgets() -> None:
     """Issue 36, clarity: chapter 05 was cut from 6,141 words of prose to 4,997 and chapter 07 from 7,182 to 5,487
     in session 6 (code cells and outputs untouched); no paragraph over 150 words."""
     for name, cap in (("05_gradient_checkpointing.ipynb", 5100), ("07_memory_profiling.ipynb", 5600)):
-        cells = [c for c in _cells(ROOT / "notebooks" / name) if c["cell_type"] == "markdown"
-                 and not {"hosted-header", "navigation"} & set(c.get("metadata", {}).get("course", {}))]
-        assert sum(len("".join(c["source"]).split()) for c in cells) <= cap, name
-        paragraphs = [p for c in cells for p in "".join(c["source"]).split("\n\n") if not p.lstrip().startswith("|")]
-        assert max(len(p.split()) for p in paragraphs) <= 150, name
+        words, longest = prose_budget(ROOT / "notebooks" / name)
+        assert words <= cap, name
+        assert len(longest.split()) <= 150, name

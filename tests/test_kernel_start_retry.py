@@ -1,68 +1,54 @@
 """Kernels that die before their first reply (a TCP port taken by another process between jupyter_client's pick
-and the kernel's bind) are started again: the suite's nbval kernels (conftest._start_kernel_retrying) and the
-grader's (utils.grade._start_kernel)."""
+and the kernel's bind) are started again: utils.kernels.started_again, used by the grader (utils.grade._start_kernel)
+and by the suite's nbval kernels (the root conftest)."""
 
-import importlib.util
-from pathlib import Path
-
+import nbval.kernel
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from utils.kernels import DIED_AT_BIRTH, started_again
+
+DEATH = f"Kernel died {DIED_AT_BIRTH}"
 
 
-def _root_conftest(monkeypatch):
-    """A second copy of the root conftest; nbval's function, which loading it replaces, is put back afterwards."""
-    import nbval.kernel
-
-    monkeypatch.setattr(nbval.kernel, "start_new_kernel", nbval.kernel.start_new_kernel)
-    spec = importlib.util.spec_from_file_location("_root_conftest_under_test", ROOT / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_kernel_that_dies_before_its_first_reply_is_started_again(monkeypatch):
-    module = _root_conftest(monkeypatch)
+def test_a_kernel_that_dies_before_its_first_reply_is_started_again():
     calls = []
 
-    def flaky(*args, **kwargs):
-        calls.append(kwargs)
+    def flaky():
+        calls.append(1)
         if len(calls) < 3:
-            raise RuntimeError("Kernel died before replying to kernel_info")
+            raise RuntimeError(DEATH)
         return "km", "kc"
 
-    monkeypatch.setattr(module, "_START_NEW_KERNEL", flaky)
-    assert module._start_kernel_retrying(kernel_name="python3") == ("km", "kc")
-    assert len(calls) == 3
+    assert started_again(flaky) == ("km", "kc") and len(calls) == 3
 
 
-def test_other_failures_and_a_third_death_are_raised(monkeypatch):
-    module = _root_conftest(monkeypatch)
-
-    def broken(*args, **kwargs):
+def test_other_failures_and_the_last_death_are_raised():
+    def broken():
         raise RuntimeError("no such kernel")
 
-    monkeypatch.setattr(module, "_START_NEW_KERNEL", broken)
     with pytest.raises(RuntimeError, match="no such kernel"):
-        module._start_kernel_retrying()
+        started_again(broken)
     deaths = []
 
-    def dies(*args, **kwargs):
+    def dies():
         deaths.append(1)
-        raise RuntimeError("Kernel died before replying to kernel_info")
+        raise RuntimeError(DEATH)
 
-    monkeypatch.setattr(module, "_START_NEW_KERNEL", dies)
     with pytest.raises(RuntimeError, match="kernel_info"):
-        module._start_kernel_retrying()
+        started_again(dies, attempts=3)
     assert len(deaths) == 3
 
 
+def test_the_suites_nbval_kernels_go_through_it():
+    started = nbval.kernel.start_new_kernel
+    assert started.__wrapped__.__module__ == "nbval.kernel" and started is not started.__wrapped__
+
+
 def test_a_grading_kernel_that_dies_at_birth_is_started_again():
-    """utils.grade._start_kernel: the same port race in the grader (a grade never depends on it: no cell has run)."""
     from utils.grade import _start_kernel
 
     class Client:
-        def __init__(self, deaths: int, message: str = "Kernel died before replying to kernel_info") -> None:
+        def __init__(self, deaths: int, message: str = DEATH) -> None:
             self.deaths, self.message, self.started, self.km = deaths, message, 0, None
 
         def create_kernel_manager(self):

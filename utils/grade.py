@@ -56,7 +56,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
 from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, REASONING_POINTS, STRICT_ENV, named_quantities
-from utils.kernels import notebook_client_config
+from utils.kernels import notebook_client_config, started_again
 from utils.labs import (
     HIDDEN_DIR,
     LABS_DIR,
@@ -368,20 +368,15 @@ def execute(nb: NotebookNode, owned: dict[str, str], time_limit_s: float, workdi
     return notes
 
 
-def _start_kernel(client: NotebookClient, attempts: int = 3) -> None:
-    """Start `client`'s kernel and its client, again (up to `attempts` times) when the kernel dies before its first
-    reply: jupyter_client picks free TCP ports before the kernel binds them, and ipykernel binds a port it is given
-    once (ipykernel/kernelapp.py, `_bind_socket`), so a process that takes one in between (another grading kernel, a
-    server) kills the kernel at birth. No cell has run then: a grade never depends on it."""
-    for attempt in range(attempts):
+def _start_kernel(client: NotebookClient) -> None:
+    """Start `client`'s kernel and its client, again where the kernel dies before its first reply (a port race:
+    utils.kernels.started_again; no cell has run then, so a grade never depends on it)."""
+    def start() -> None:
         client.km = client.create_kernel_manager()
         client.start_new_kernel()
-        try:
-            client.start_new_kernel_client()  # on failure it shuts the kernel down and clears km and kc
-            return
-        except RuntimeError as exc:
-            if "before replying to kernel_info" not in str(exc) or attempt == attempts - 1:
-                raise
+        client.start_new_kernel_client()  # on failure it shuts the kernel down and clears km and kc
+
+    started_again(start)
 
 
 def _hand(exercise: Exercise) -> ExerciseScore:

@@ -8,20 +8,47 @@ Seen in this course's test suite (two workers running notebooks side by side on 
 run in twenty, a cell that had finished in a second was waited on for 240 s, the cell limit; py-spy showed the
 kernel idle and nbclient inside that poll. In the grader the same wait would end in "ran past the time limit" for
 a correct answer. Here every wait is a series of polls of at most `SLICE_S`, each ending in that check.
+
+A kernel can also die before its first reply (a port race, `started_again`): the grader and the suite's nbval
+kernels start it again.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from queue import Empty
-from typing import Any
+from typing import Any, TypeVar
 
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
 from traitlets import Type
 from traitlets.config import Config
 
+from utils.validate import check_int
+
 SLICE_S = 1.0
+T = TypeVar("T")
+DIED_AT_BIRTH = "before replying to kernel_info"  # jupyter_client's RuntimeError for a kernel dead at start
+
+
+def started_again(start: Callable[[], T], attempts: int = 3) -> T:
+    """`start()`, called again (up to `attempts` times in all) while the kernel it starts dies before its first
+    reply. jupyter_client picks free TCP ports before the kernel binds them, and ipykernel binds a port it is given
+    once (ipykernel/kernelapp.py, `_bind_socket`), so a process that takes one in between (another kernel, a server)
+    kills the kernel at birth: met once in about ten runs of the test suite, which starts kernels on two workers and
+    in graders at once. No cell has run then, so starting again changes nothing. `start` must clean up what a failed
+    start left (nbclient's and nbval's starters do)."""
+    if not callable(start):
+        raise TypeError(f"start must be callable, got {type(start).__name__}")
+    attempts = check_int("attempts", attempts, minimum=1)
+    for _ in range(attempts - 1):
+        try:
+            return start()
+        except RuntimeError as exc:
+            if DIED_AT_BIRTH not in str(exc):
+                raise
+    return start()
 
 
 class SlicedChannel(AsyncZMQSocketChannel):
