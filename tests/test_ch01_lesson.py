@@ -163,3 +163,22 @@ def test_the_two_eager_slopes_are_read_in_the_order_printed():
     three = float(re.search(r"slopes of the last three points: .*sequence \(eager\) ([\d.]+)", out).group(1))
     two = float(re.search(r"\(last two points\): eager ([\d.]+)", out).group(1))
     assert three < two
+
+
+def test_chapter_exercise_1c_answer_states_will_it_fits_ledger():
+    """Answer 1(c)'s typed GiB (review s8 F5) are will_it_fit's parts for the 7B stand-in on an H100 with checkpointing:
+    plain SGD's peak (weights and gradients so far, checkpointed inputs, the recomputed block) and the margins."""
+    text = "".join("".join(c.source) for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "markdown")
+    answer = " ".join(text[text.index("(c) Only plain SGD fits"):].split()[:80])
+    gib = 2**30
+
+    def report(optimizer: str):
+        return will_it_fit("7B", 1, 4096, precision="bf16-mixed", optimizer=optimizer, gpu="H100", checkpointing=True)
+
+    sgd = report("sgd")
+    parts = sgd.parts
+    expected = [f"by +{sgd.margin / gib:.1f} GiB", f"({(parts['weights'] + parts['gradients']) / gib:.1f} GiB)",
+                f"({parts['saved activations'] / gib:.2f} GiB)", f"({parts['recomputed block'] / gib:.2f} GiB)",
+                f": {sgd.estimate.total / gib:.1f} GiB", f"misses by {-report('sgd-momentum').margin / gib:.1f} GiB",
+                f"AdamW misses by {-report('adamw').margin / gib:.1f} GiB"]
+    assert [e for e in expected if e not in answer] == [], answer
