@@ -94,6 +94,23 @@ def test_largest_batch_needs_the_optimizer_step(solution, monkeypatch):
     assert ch01.measured_peak(short, 1) > 13 * 2**20 // 2  # the truth: not even one sequence fits
 
 
+def test_largest_batch_by_real_steps_of_its_own_fails(monkeypatch):
+    """Lab 1.6 asks for a formula: a search that runs training steps of its own (its own backward passes, not the
+    check's measure_step) fails the check, as the instructions say."""
+    from utils.models import GPT, gpt_batch
+
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+
+    def by_own_steps(cfg, budget_bytes):
+        model = GPT(cfg)
+        x, y = gpt_batch(cfg, 1)
+        model(x, y).backward()  # a real step, the first of a search by measurement
+        return 1
+
+    verdict = CHECKS["1.6"](by_own_steps)
+    assert verdict.status != "passed" and "Tensor.backward" in str(verdict), str(verdict)
+
+
 def test_answers_tuned_to_the_public_cases_fail_the_hidden_ones(solution, monkeypatch):
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     public = {(4, 64, 128, 4, "sdpa", "fp32"), (4, 64, 128, 4, "eager", "fp32"), (2, 32, 64, 2, "sdpa", "bf16-mixed"),

@@ -355,3 +355,16 @@ def test_lab03_colleague_loop_and_each_single_bug_fail(monkeypatch):
     assert passes_public(ch03.check_loop(variant()))
     for bug in (dict(divide=False), dict(unscale=False), dict(sched_always=True)):
         assert ch03.check_loop(variant(**bug)).status == "failed", bug
+
+
+def test_labs_00_to_04_show_only_the_answer_names_their_instructions_define():
+    """A top-level answer block becomes `name = ...` for every name it assigns: in labs 00 to 04 those are only the
+    names the instructions ask for (prediction, reasoning), never a solution's intermediate variables (lab 02's 2.4
+    once showed `linear_weights = ...` and `amax_sd = ...`, defined nowhere in its instructions)."""
+    import json
+    import re
+
+    for path in sorted((ROOT / "labs").glob("lab0[0-4]_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            names = re.findall(r"^(\w+) = \.\.\.  # your answer here$", "".join(cell["source"]), re.MULTILINE)
+            assert set(names) <= {"prediction", "reasoning"}, (path.name, names)

@@ -257,8 +257,9 @@ def expect_recipes(choose_recipe: Callable[[tuple[int, int]], dict], cases: Sequ
             if got[key] != expected[key] or type(got[key]) is not type(expected[key]):
                 raise CheckFailed(f"{key} = {expected[key]!r} for a {gpu} (compute capability "
                                   f"{capability[0]}.{capability[1]})", repr(got[key]),
-                                  "BF16 and TF32 need 8.0+ (Ampere); FP16 Tensor Cores need 7.0+ and FP16 needs a "
-                                  "scaler; below 7.0 half precision brings no Tensor Cores: stay in FP32.")
+                                  "BF16 and TF32 need 8.0+ (Ampere): \"tf32\" from 8.0, \"ieee\" below it, where TF32 "
+                                  "does not exist; FP16 Tensor Cores need 7.0+ and FP16 needs a scaler; below 7.0 "
+                                  "half precision brings no Tensor Cores: stay in FP32.")
 
 
 def check_recipe(choose_recipe: Callable[[tuple[int, int]], dict]) -> Verdict:

@@ -107,8 +107,10 @@ def check_format_bytes(format_bytes: Callable[[int], str]) -> Verdict:
     """Exercise 0.3: the fixed format_bytes (binary units, the course's convention)."""
 
     def body() -> None:
+        # 2**20 - 1: the unit is chosen on the exact value (1023.999 KiB), then rounded, as the instructions say
         expect_formats(format_bytes, {0: "0 B", 512: "512 B", 1023: "1023 B", 1536: "1.50 KiB",
-                                      3 * 2**20: "3.00 MiB", 5 * 2**28: "1.25 GiB", 3_000_000: "2.86 MiB"})
+                                      2**20 - 1: "1024.00 KiB", 3 * 2**20: "3.00 MiB", 5 * 2**28: "1.25 GiB",
+                                      3_000_000: "2.86 MiB"})
 
     return run_check("0.3", body, points=2)
 
