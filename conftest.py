@@ -34,7 +34,8 @@ def pytest_runtest_makereport(item, call):
 # these start first, then the chapters (nbval), then the short unit tests, which fill the workers' last minutes.
 LONG_FILES = ("test_grade.py", "test_simulated_gpu_t4.py", "test_hosted.py", "test_grading_escapes.py",
               "test_browser.py", "test_simulated_gpu_t4_quick.py", "test_nbgrader.py", "test_grading_tamper.py",
-              "test_simulated_gpu_mps.py", "test_simulated_gpu_h100.py", "test_lab_flow_browser.py", "test_book.py")
+              "test_simulated_gpu_mps.py", "test_simulated_gpu_h100.py", "test_lab_flow_browser.py", "test_book.py",
+              "test_real_steps.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

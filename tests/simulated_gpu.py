@@ -488,7 +488,8 @@ class _CounterMode(TorchDispatchMode):
         if marked_in and name in _ATEN_MATMULS:
             in_backward = torch._C._current_graph_task_id() != -1
             self.state.workspace("autograd thread" if in_backward else "forward thread")
-        out = func(*args, **kwargs)
+        out = half_matmul_in_fp32(func, args, kwargs) if marked_in and name in HALF_MATMULS else None
+        out = func(*args, **kwargs) if out is None else out
         if marked_in and isinstance(out, torch.Tensor | list | tuple):
             _mark(out)
             self.state.track(out)
@@ -524,8 +525,25 @@ def sdpa_backend(profile: Profile, query: torch.Tensor, key: torch.Tensor, attn_
                        f"FP16/BF16, memory-efficient BF16 needs sm80+; got {dtype} on sm{cap[0]}{cap[1]})")
 
 
+HALF_MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
+
+
+def half_matmul_in_fp32(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """An FP16 or BF16 matmul of simulated-GPU tensors, computed in FP32 and rounded to its dtype, as a GPU's Tensor
+    Cores accumulate. A CPU without native half-precision matmuls (AVX2 only: no AVX512-BF16, no AMX) runs torch's
+    own at about 1 GFLOP/s against 100 in FP32, so chapters under a simulated T4 or Apple GPU took minutes per cell.
+    Same shape, dtype and memory (the FP32 temporaries are not seen by the allocator model: a GPU's kernel has none);
+    numerics are never a simulated figure. None (use torch's) for anything else: mixed dtypes, an `out=`."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    dtype = tensors[0].dtype if tensors else None
+    if "out" in kwargs or dtype not in (torch.float16, torch.bfloat16) or any(t.dtype != dtype for t in tensors):
+        return None
+    wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+    return func(*wide, **kwargs).to(dtype)
+
+
 def _fast_scaled_mm(args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """_scaled_mm's result by a BF16 matmul of the FP8 operands times the scales (the CPU's own _scaled_mm is a
+    """_scaled_mm's result by an FP32 matmul of the FP8 operands times the scales (the CPU's own _scaled_mm is a
     naive loop: 44 s for n = 1,024 here, so chapter 08's FP8 sweep could not run under the simulation). Same shape,
     dtype and memory (the temporaries are not seen by the allocator model: a GPU's kernel has none); numerics are
     never a simulated figure. None (use torch's) for what it does not cover: an FP8 output, no out_dtype."""
@@ -534,7 +552,7 @@ def _fast_scaled_mm(args: tuple, kwargs: dict) -> torch.Tensor | None:
     out_dtype = given.get("out_dtype")
     if out_dtype is None or out_dtype.itemsize == 1 or given.get("scale_result") is not None:
         return None
-    out = (args[0].to(torch.bfloat16) @ given["mat2"].to(torch.bfloat16)).float()
+    out = args[0].float() @ given["mat2"].float()  # FP8 values are exact in FP32; the FP32 matmul is fast anywhere
     out = out * given["scale_a"].float() * given["scale_b"].float()
     if given.get("bias") is not None:
         out = out + given["bias"].float()

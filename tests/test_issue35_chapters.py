@@ -195,3 +195,24 @@ def test_chapters_05_and_07_stay_within_their_budgets() -> None:
         words, longest = prose_budget(ROOT / "notebooks" / name)
         assert words <= cap, name
         assert len(longest.split()) <= 150, name
+
+
+def test_review_s8_chapter_04_answer_2_states_the_first_updates_of_its_setup() -> None:
+    """Review s8 F28: answer 2's figures are those of section 6's setup (cell d1bbfe83) at the course's size with
+    offset=0.02, recomputed here: the median |w0 - w*|, the largest first SGD update, and the share of first updates
+    above half a BF16 spacing at 1 (2^-8)."""
+    assert "def fine_tune(pure_bf16: bool, steps: int, dim: int, lr: float = 0.1, offset: float = 0.002)" in "".join(
+        "".join(c["source"]) for c in _cells(NB["04"]) if c.get("id") == "d1bbfe83")
+    dim, lr, offset = 128, 0.1, 0.02  # "at the course's size (128 weights)": the quick size of DRIFT_DIM
+    assert "DRIFT_DIM = pick(128," in (ROOT / "utils" / "experiment_sizes" / "ch04.py").read_text(encoding="utf-8")
+    g = torch.Generator().manual_seed(0)  # the cell's draws, in its order
+    w0 = (torch.randn(dim, generator=g).sign() * (1 + torch.rand(dim, generator=g))).bfloat16().float()
+    target = w0 * (1 + offset * torch.randn(dim, generator=g))
+    x = torch.randn(4 * dim, dim, generator=g)
+    w = w0.clone().requires_grad_(True)
+    (x @ w - x @ target).pow(2).mean().backward()
+    update = (lr * w.grad).abs()
+    answer = " ".join(_markdown(NB["04"]).split())
+    assert f"the median |w − w*| is {(w0 - target).abs().median().item():.3f}" in answer
+    assert f"(the largest {update.max().item():.3f})" in answer
+    assert "about half the first updates" in answer and 0.4 < (update > 2**-8).float().mean().item() < 0.6

@@ -104,3 +104,16 @@ def test_the_ledger_bounds_the_courses_gpt_as_run_choice_trains_it(regime):
         assert row["measured"] <= row["ledger"] <= 1.07 * row["measured"], row
     else:
         _check(row)
+
+
+def test_the_fast_half_matmuls_change_no_metered_byte(monkeypatch):
+    """On a CPU without native BF16 matmuls the meters run above `HalfMatmulsInFP32` (tests/real_steps.py); the same
+    autocast step metered with torch's own BF16 kernels gives the same peak, to the byte, at the same operator."""
+    import tests.real_steps as real_steps
+
+    small = Regime("autocast, 1 x 32 tokens", Choice(precision="bf16-mixed", micro_batch=1))
+    monkeypatch.setattr(real_steps, "fast_half_matmuls", real_steps.HalfMatmulsInFP32)
+    fast = measure("llama-small-vocab", small, 32)
+    monkeypatch.setattr(real_steps, "fast_half_matmuls", real_steps.nullcontext)
+    native = measure("llama-small-vocab", small, 32)
+    assert (fast["measured"], fast["peak op"]) == (native["measured"], native["peak op"])

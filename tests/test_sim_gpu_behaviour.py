@@ -303,3 +303,26 @@ def test_a_profiler_asked_for_the_cuda_activity_profiles_the_simulated_ops_quick
                 (x @ x).relu().sum().backward()
         assert time.perf_counter() - start < 2  # about 250 ops: over 7 s at 30 ms an op, 0.4 s with the fix
         assert any(e.name == "aten::mm" for e in prof.events())
+
+
+# --- half-precision matmuls, computed in FP32 (fast on a CPU without native BF16) ---
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_matmuls_in_fp32_give_torchs_shape_dtype_and_values(dtype):
+    """Each of HALF_MATMULS through `half_matmul_in_fp32` against torch's own kernel: same shape, dtype and
+    contiguity, values within a rounding of the dtype; declined (None) for mixed dtypes and for `out=`."""
+    from simulated_gpu import HALF_MATMULS, half_matmul_in_fp32
+
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(s, generator=g).to(dtype) for s in ((16, 32), (32, 8), (16, 8)))
+    ba, bb, bc = (torch.randn(s, generator=g).to(dtype) for s in ((3, 16, 32), (3, 32, 8), (3, 16, 8)))
+    calls = {torch.ops.aten.mm.default: (a, b), torch.ops.aten.addmm.default: (c, a, b),
+             torch.ops.aten.bmm.default: (ba, bb), torch.ops.aten.baddbmm.default: (bc, ba, bb)}
+    assert {f.overloadpacket.__name__ for f in calls} == HALF_MATMULS
+    for func, args in calls.items():
+        ours, theirs = half_matmul_in_fp32(func, args, {}), func(*args)
+        assert (ours.shape, ours.dtype, ours.is_contiguous()) == (theirs.shape, theirs.dtype, True)
+        torch.testing.assert_close(ours.float(), theirs.float(), rtol=2 * torch.finfo(dtype).eps, atol=1e-2)
+    assert half_matmul_in_fp32(torch.ops.aten.mm.default, (a, b.float()), {}) is None
+    assert half_matmul_in_fp32(torch.ops.aten.mm.default, (a.float(), b.float()), {}) is None
+    assert half_matmul_in_fp32(torch.ops.aten.mm.out, (a, b), {"out": torch.empty(16, 8, dtype=dtype)}) is None
