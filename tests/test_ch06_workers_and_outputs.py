@@ -172,3 +172,16 @@ def test_adam_columns_gap_is_printed():
     gap = max(abs(float(b) / float(a) - 1) for a, b in rows)
     assert abs(gap * 100 - float(m.group(1))) < 0.2
     assert "which the one-step column alone could not show" not in markdown()
+
+
+def test_the_effective_batch_quoted_is_the_workers():
+    """Section 7's reading: B_eff = b x k x W with the DDP worker's MICRO, K and the 2 processes the launching cell
+    starts (review s8, issue 36 item 5)."""
+    worker = next("".join(c["source"]) for c in cells() if "ddp_no_sync_worker.py" in "".join(c["source"])
+                  and "K, MICRO =" in "".join(c["source"]))
+    k, micro = map(int, re.search(r"^K, MICRO = (\d+), (\d+)", worker, re.M).groups())
+    launch = next("".join(c["source"]) for c in cells() if 'launch_script(WORK / "ddp_no_sync_worker.py"' in
+                  "".join(c["source"]))
+    world = int(re.search(r"world_size=(\d+)", launch).group(1))
+    assert f"B_eff = b × k × W samples, here {micro} × {k} × {world} = {micro * k * world}" in " ".join(
+        markdown().split())

@@ -41,7 +41,7 @@ def c27(best_ratio: float | None, device: str, error: str = "") -> Judged:
                            f"failed on it, so nothing was timed: {error}")
         return verdict("needs GPU", C27_CRITERION,
                        f"{device} has no FP8 Tensor Cores: needs compute capability 8.9+ (L4, L40S, H100); chapter "
-                       "08, sections 6 and 7 (cells [30] and [32]), times torch._scaled_mm against BF16 and "
+                       "08, sections 6 and 7, times torch._scaled_mm against BF16 and "
                        "Transformer Engine's steps")
     ratio = check_number("best_ratio", best_ratio, positive=True)
     name = "holds" if ratio >= 1.6 else "partly" if ratio >= 1.1 else "fails"
