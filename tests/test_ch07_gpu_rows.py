@@ -245,3 +245,35 @@ def test_the_unknown_row_the_snapshot_section_quotes_is_the_h100_runs():
     unknown = float(_re.search(r"unknown \(no Python frame\) +\| ([\d,.]+)", table).group(1).replace(",", ""))
     assert unknown == max(rows) and unknown > 4 * sorted(rows)[-2]
     assert f"the largest row of the table, {unknown:,.0f} MiB over three steps" in _prose()
+
+
+def test_the_h100_batch_search_reading_is_its_printed_figures():
+    """Review F32 (s8): the reading's "≈ 50" and "≈ 44" are the committed H100 run's traced terms, cap and baseline
+    (its executed notebook), and 42 is the batch that trained there."""
+    executed = nbformat.read(ROOT / "results" / "nvidia-h100-80gb-hbm3" / "executed" / NOTEBOOK.name, as_version=4)
+    text = "\n".join(_outputs(c) for c in executed.cells if c.cell_type == "code")
+    fixed, per = map(float, re.search(r"traced step estimate: ([\d.]+) MiB fixed \+ ([\d.]+) MiB per sample",
+                                      text).groups())
+    cap, trained, baseline = re.search(r"trains under a ([\d.]+) GiB cap on NVIDIA H100 80GB HBM3: (\d+); allocated "
+                                       r"after the search [\d,]+ B \(baseline ([\d,]+) B\)", text).groups()
+    cap_mib, held_mib = float(cap) * 1024, int(baseline.replace(",", "")) / 2**20
+    prose = " ".join(_prose().split())
+    assert (f"{fixed:,.2f} MiB fixed + {per:,.3f} MiB per sample, predict ({cap} × 1,024 − {fixed:,.0f}) / "
+            f"{per:,.0f} ≈ {round((cap_mib - fixed) / per)} under its {cap} GiB cap, but {trained} trained: the "
+            f"process already held {held_mib:,.0f} MiB (its printed baseline), and ({cap} × 1,024 − {held_mib:,.0f}) / "
+            f"{per:,.0f} ≈ {round((cap_mib - held_mib) / per)}") in prose
+
+
+def test_the_fragmentation_reading_quotes_the_h100s_measurement_equal_to_the_model():
+    """Review F28/F29 (s8): the committed H100 run measured the allocator model's fragmentation figures exactly, for
+    both settings, and the reading says so with the GPU's figures (results/, fragmentation_gpu_*)."""
+    (h100,) = [r for r in reference_results("07_memory_profiling") if r["device"]["type"] == "cuda"]
+    said = []
+    for setting in ("default", "expandable_segments:True"):
+        gpu = h100["figures"][f"fragmentation_gpu_{setting}"]["value"]
+        assert gpu == h100["figures"][f"fragmentation_model_{setting}"]["value"]
+        said.append([f"{gpu[k]:.0f}" for k in ("allocated_MiB", "peak_reserved_MiB", "reserved_after_empty_cache_MiB",
+                                                "non_releasable_MiB")])
+    (a, p, e, n), (a2, p2, e2, n2) = said
+    assert (f"{a} MiB allocated, {p} peak reserved, {e} after `empty_cache()`, {n} non-releasable by default; {a2}, "
+            f"{p2}, {e2} and {n2} with expandable segments") in " ".join(_prose().split())
