@@ -357,14 +357,15 @@ def test_lab03_colleague_loop_and_each_single_bug_fail(monkeypatch):
         assert ch03.check_loop(variant(**bug)).status == "failed", bug
 
 
-def test_labs_00_to_04_show_only_the_answer_names_their_instructions_define():
-    """A top-level answer block becomes `name = ...` for every name it assigns: in labs 00 to 04 those are only the
+def test_labs_show_only_the_answer_names_their_instructions_define():
+    """A top-level answer block becomes `name = ...` for every name it assigns: in every lab those are only the
     names the instructions ask for (prediction, reasoning), never a solution's intermediate variables (lab 02's 2.4
-    once showed `linear_weights = ...` and `amax_sd = ...`, defined nowhere in its instructions)."""
+    once showed `linear_weights = ...` and `amax_sd = ...`, lab 08's 8.2 `per_layer` and `n_linear`, defined nowhere
+    in their instructions)."""
     import json
     import re
 
-    for path in sorted((ROOT / "labs").glob("lab0[0-4]_*.ipynb")):
+    for path in sorted((ROOT / "labs").glob("lab*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
             names = re.findall(r"^(\w+) = \.\.\.  # your answer here$", "".join(cell["source"]), re.MULTILINE)
             assert set(names) <= {"prediction", "reasoning"}, (path.name, names)
