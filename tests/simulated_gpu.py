@@ -533,10 +533,12 @@ def half_matmul_in_fp32(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | 
     Cores accumulate. A CPU without native half-precision matmuls (AVX2 only: no AVX512-BF16, no AMX) runs torch's
     own at about 1 GFLOP/s against 100 in FP32, so chapters under a simulated T4 or Apple GPU took minutes per cell.
     Same shape, dtype and memory (the FP32 temporaries are not seen by the allocator model: a GPU's kernel has none);
-    numerics are never a simulated figure. None (use torch's) for anything else: mixed dtypes, an `out=`."""
+    numerics are never a simulated figure. None (use torch's) for anything else: mixed dtypes, an `out=`, a tensor
+    subclass (an FP8 or NF4 tensor dispatches its own matmul; the mode sees it before the subclass does)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     dtype = tensors[0].dtype if tensors else None
-    if "out" in kwargs or dtype not in (torch.float16, torch.bfloat16) or any(t.dtype != dtype for t in tensors):
+    if ("out" in kwargs or dtype not in (torch.float16, torch.bfloat16) or any(t.dtype != dtype for t in tensors)
+            or any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors)):
         return None
     wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
     return func(*wide, **kwargs).to(dtype)

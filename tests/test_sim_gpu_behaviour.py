@@ -326,3 +326,8 @@ def test_half_matmuls_in_fp32_give_torchs_shape_dtype_and_values(dtype):
     assert half_matmul_in_fp32(torch.ops.aten.mm.default, (a, b.float()), {}) is None
     assert half_matmul_in_fp32(torch.ops.aten.mm.default, (a.float(), b.float()), {}) is None
     assert half_matmul_in_fp32(torch.ops.aten.mm.out, (a, b), {"out": torch.empty(16, 8, dtype=dtype)}) is None
+
+    class Subclass(torch.Tensor):  # e.g. an FP8 or NF4 tensor: its own __torch_dispatch__ runs its matmul
+        pass
+
+    assert half_matmul_in_fp32(torch.ops.aten.mm.default, (a.as_subclass(Subclass), b), {}) is None
