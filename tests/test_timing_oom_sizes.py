@@ -153,6 +153,10 @@ def test_compare_timings_overlapping_spreads_are_not_called_a_difference():
 
     table = TimingTable((TimedConfig("a", M(1.0, 0.2)), TimedConfig("b", M(1.05, 0.2))), "CPU", {"a": 1, "b": 1})
     assert not table.distinct("a", "b") and "not distinguishable" in table.reading("b", "a")
+    table = TimingTable(tuple(TimedConfig(n, M(t, 0.01)) for n, t in (("a", 1.0), ("b", 1.5), ("c", 3.0))), "CPU",
+                        {"a": 1, "b": 1, "c": 1})
+    assert table.reading("b", "a") == "b is 50% slower than a (outside both spreads)"
+    assert table.reading("c", "a") == "c is 3.0x slower than a: it takes 3.0 times as long (outside both spreads)"
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
