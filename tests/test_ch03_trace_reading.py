@@ -60,6 +60,6 @@ def test_the_accumulation_bugs_error_is_read_from_its_row() -> None:
     nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "03_loss_scaling.ipynb").read_text())
     out = "".join("".join(o.get("data", {}).get("text/markdown", "")) for c in nb["cells"] if c["cell_type"] == "code"
                   for o in c.get("outputs", []))
-    row = float(re.search(r"\| update after every micro-batch \(bug\) \| ([\d.e+-]+) +\|", out).group(1))
+    row = float(re.search(r"\| update after every micro-batch \(bug\) +\| ([\d.e+-]+) +\|", out).group(1))
     prose = " ".join(" ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").split())
     assert f"a relative error of 1 − 15/64 = {1 - 15 / 64:.2f}; the table's second row reads {row:.2f}" in prose
