@@ -529,9 +529,10 @@ HALF_MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
 
 
 def half_matmul_in_fp32(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """An FP16 or BF16 matmul of simulated-GPU tensors, computed in FP32 and rounded to its dtype, as a GPU's Tensor
-    Cores accumulate. A CPU without native half-precision matmuls (AVX2 only: no AVX512-BF16, no AMX) runs torch's
-    own at about 1 GFLOP/s against 100 in FP32, so chapters under a simulated T4 or Apple GPU took minutes per cell.
+    """An FP16 or BF16 matmul computed in FP32 and rounded to its dtype, as a GPU's Tensor Cores accumulate (used
+    for simulated-GPU tensors here and below tests/real_steps.py's meters). A CPU without native half-precision
+    matmuls (AVX2 only: no AVX512-BF16, no AMX) runs torch's own at about 1 GFLOP/s against 100 in FP32, so chapters
+    under a simulated T4 or Apple GPU took minutes per cell.
     Same shape, dtype and memory (the FP32 temporaries are not seen by the allocator model: a GPU's kernel has none);
     numerics are never a simulated figure. None (use torch's) for anything else: mixed dtypes, an `out=`, a tensor
     subclass (an FP8 or NF4 tensor dispatches its own matmul; the mode sees it before the subclass does)."""
