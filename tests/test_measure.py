@@ -291,3 +291,41 @@ def test_an_8bit_optimizer_state_is_counted_by_what_it_holds() -> None:
     weights_and_grads = 2 * 4 * 512 * 512
     states = owned_state_bytes(layer, opt) - weights_and_grads
     assert 2 * 512 * 512 <= states <= 2 * 1.05 * 512 * 512, states  # two moments, 1 B/element plus scales
+
+
+def test_the_course_memtracker_keeps_torchs_peaks_per_module_and_in_total():
+    """utils.measure's MemTracker subclass only reads the module table faster: on a GPT step (forward, backward,
+    AdamW) the peak snapshot and every module's peaks equal those of torch's own MemTracker, to the byte."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from utils.measure import make_mem_tracker
+    from utils.models import GPT, GPTConfig, gpt_batch
+
+    def traced(tracker_for):
+        torch.manual_seed(0)
+        cfg = GPTConfig(vocab_size=64, seq_len=16, n_layer=3, n_head=2, d_model=32)
+        model = GPT(cfg)
+        opt = torch.optim.AdamW(model.parameters())
+        x, y = gpt_batch(cfg, 2)
+        tracker = tracker_for(model, opt)
+        with tracker:
+            for i in range(2):
+                if i:
+                    tracker.reset_mod_stats()
+                model(x, y).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        modules = {stats.mod_fqn: (dict(stats.local_peak), {state: [dict(s) for s in snaps]
+                                                          for state, snaps in stats.snapshots.items()})
+                   for stats in tracker.memory_tracking.values()}
+        return tracker.get_tracker_snapshot("peak"), modules
+
+    def stock(model, opt):
+        tracker = MemTracker()
+        tracker.track_external(model, opt)
+        return tracker
+
+    course_peak, course_modules = traced(make_mem_tracker)
+    torch_peak, torch_modules = traced(stock)
+    assert type(make_mem_tracker()) is not MemTracker and isinstance(make_mem_tracker(), MemTracker)
+    assert course_peak == torch_peak and course_modules == torch_modules and len(torch_modules) > 10
