@@ -1190,8 +1190,8 @@ def install(profile: str = "t4") -> Profile:
 def _one_sample_timings() -> None:
     """Time every call once, without warm-up, and compare configurations over two rounds after one warm-up call
     (the chapters' control flow is unchanged: a Timing or TimingTable comes back; no test reads a timing's value).
-    A simulated run times the CPU, not a GPU: chapter 05's eleven rounds at quick size were 41 s of its 115 s
-    under the simulated T4 (AMD EPYC, 2 cores)."""
+    A simulated run times the CPU, not a GPU: chapter 05 at quick size under the simulated T4 took 62 s with its
+    eleven rounds, 55 s with two (AMD EPYC, 2 cores)."""
     timing = importlib.import_module("utils.timing")
     time_fn, compare = timing.time_fn, timing._compare_timings
 

@@ -252,8 +252,8 @@ def _tracker_class() -> type:
     At each operator MemTracker updates the peaks of the modules that are running (`_update_peak_stats`), looping
     over `memory_tracking.values()`, a WeakIdKeyDictionary whose values() calls every key's weak reference in
     Python: a quarter of a traced step's time on a model of a few hundred modules (measured with py-spy on the
-    estimator's tests). The loop here reads the same table's plain dict (a dead module's entry leaves it by the
-    reference's callback), so the peaks are the same (tests/test_measure.py compares them with the stock class)."""
+    estimator's tests). The loop here reads a copy of the same table's plain dict (a dead module's entry leaves it by
+    the reference's callback), so the peaks are the same (tests/test_measure.py compares them with the stock class)."""
     from types import SimpleNamespace
 
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -261,7 +261,8 @@ def _tracker_class() -> type:
     class _MemTracker(MemTracker):
         def _update_peak_stats(self, peak_state: Any) -> None:
             table = self.memory_tracking
-            self.memory_tracking = SimpleNamespace(values=table.data.values)
+            self.memory_tracking = SimpleNamespace(values=lambda: list(table.data.values()))  # a copy: a module
+            # collected during the loop (its reference's callback edits the dict) cannot break the iteration
             try:
                 super()._update_peak_stats(peak_state)
             finally:
