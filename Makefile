@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.course-installed
 TORCH_SPEC := $(VENV)/.torch-spec
 
-.PHONY: lab reset-lab reset-chapter test lint labs grade claims report gpu-check outputs book env clean FORCE
+.PHONY: lab reset-lab reset-chapter test test-devices lint labs grade claims report gpu-check outputs book env clean FORCE
 
 env: $(STAMP)
 
@@ -66,6 +66,13 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	$(PY) -m utils.labs --check
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
+
+# Every chapter under the simulated T4 (quick size, figure assertions on), Apple GPU and H100 (tiny size): about
+# 5 minutes on 2 cores. `make test` runs chapter 00 under each; CI (.ci/run) runs this after `make test`.
+DEVICE_TESTS := tests/test_simulated_gpu_t4.py tests/test_simulated_gpu_t4_quick.py tests/test_simulated_gpu_mps.py \
+	tests/test_simulated_gpu_h100.py
+test-devices: $(STAMP)
+	COURSE_TEST_DEVICES=1 $(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder $(DEVICE_TESTS) $(PYTEST_ARGS)
 
 labs: $(STAMP)
 	$(PY) -m utils.labs $(if $(FORCE_LABS),--force)

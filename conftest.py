@@ -1,16 +1,31 @@
 """Repository-wide pytest hooks (tests/conftest.py holds the test settings; this file also reaches notebooks/)."""
 
 import functools
+import os
+import shutil
+import tempfile
 
 import nbval.kernel
 import pytest
 
+from tests.kernel_zygote import ENV as ZYGOTE_ENV
+from tests.kernel_zygote import start_for_session
 from utils.kernels import started_again
 
-# nbval's kernels are started again when one dies before its first reply (a port race: utils.kernels.started_again)
+# nbval's kernels are started again when one dies before its first reply (a port race: utils.kernels.started_again),
+# and with the session's kernel zygote where it runs: --nbval-current-env's kernel is this interpreter's ipykernel,
+# which the "python3" kernel spec that pytest_collection_finish writes starts as a fork (same interpreter)
 _START_NEW_KERNEL = nbval.kernel.start_new_kernel
-nbval.kernel.start_new_kernel = functools.wraps(_START_NEW_KERNEL)(
-    lambda *args, **kwargs: started_again(lambda: _START_NEW_KERNEL(*args, **kwargs)))
+
+
+@functools.wraps(_START_NEW_KERNEL)
+def _start_new_kernel(*args, **kwargs):
+    if kwargs.get("kernel_name") == nbval.kernel.CURRENT_ENV_KERNEL_NAME and os.environ.get(ZYGOTE_ENV, "0") != "0":
+        kwargs["kernel_name"] = "python3"
+    return started_again(lambda: _START_NEW_KERNEL(*args, **kwargs))
+
+
+nbval.kernel.start_new_kernel = _start_new_kernel
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -48,3 +63,31 @@ def pytest_collection_modifyitems(session, config, items):
         return (0, rank[name]) if name in rank else (1, 0) if name.endswith(".ipynb") else (2, 0)
 
     items.sort(key=key)
+
+
+def pytest_collection_finish(session):
+    """Each process that runs tests (an xdist worker, or pytest alone) starts its kernels as forks of a server that
+    has imported torch (tests/kernel_zygote.py; COURSE_KERNEL_ZYGOTE=0 turns it off), once the test settings of
+    tests/conftest.py are in the environment, which the server's must match."""
+    config = session.config
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        return  # the xdist controller runs no test
+    folder = tempfile.mkdtemp(prefix="course-zygote-")
+    started = start_for_session(folder)
+    if started is None:
+        shutil.rmtree(folder)
+        return
+    server, env = started
+    os.environ.update(env)
+    config.stash[_ZYGOTE] = (server, folder)
+
+
+_ZYGOTE = pytest.StashKey[tuple]()
+
+
+def pytest_unconfigure(config):
+    server, folder = config.stash.get(_ZYGOTE, (None, None))
+    if server is not None:
+        server.terminate()
+        server.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,8 +1,8 @@
 """Every chapter at QUICK size, figure assertions on, under a simulated A10G (8.6, ~22 GiB), H100 (9.0, ~79 GiB) and
-Apple GPU (MPS): the issue-33 run (the T4's is tests/test_simulated_gpu_t4*.py, part of `make test`).
+Apple GPU (MPS): the issue-33 run (the T4's is tests/test_simulated_gpu_t4*.py, in `make test-devices`).
 
-About 20 minutes on 2 cores, so opt-in: COURSE_SIM_QUICK_ALL=1 (make test keeps its 15-minute budget with the T4 at
-quick size and the H100 and MPS at tiny size). Each run also checks the state a chapter leaves in force (the memory
+About 20 minutes on 2 cores, so opt-in: COURSE_SIM_QUICK_ALL=1 (`make test-devices` runs the T4 at quick size and
+the H100 and MPS at tiny size). Each run also checks the state a chapter leaves in force (the memory
 fraction, the allocator variables: tests/simulated_gpu.py, end_state). Known failures name their finding
 (docs/simulation.md)."""
 
