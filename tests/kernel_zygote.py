@@ -1,21 +1,26 @@
 """Kernels for the test suite forked from a process that has already imported torch (Linux only).
 
-Why: `make test` starts about 130 Jupyter kernels (nbval's chapters, the simulated GPUs, every graded submission),
-and each fresh kernel spends about 2.5 CPU-seconds importing torch and ipykernel before its first cell: a sixth
-of the suite's CPU on 2 cores. Here one server per pytest worker (`serve`) imports them once; every kernel the
-suite starts is a fork of it, at about 0.3 CPU-seconds. Learners, `make grade` and `make outputs` outside the
-tests start their kernels as usual: only the test session points the kernel name "python3" at this file
-(conftest.py, `start_for_session`), and `COURSE_KERNEL_ZYGOTE=0` turns it off.
+Why: `make test` starts about 90 Jupyter kernels (nbval's chapters, chapter 00 under each simulated GPU, every graded
+submission, the browser sessions), and a fresh kernel spends about 2 CPU-seconds importing torch, numpy and
+ipykernel before its first cell, on 2 cores shared by two pytest workers. Here one server per pytest worker
+(`serve`) imports them once, and each kernel the suite starts is a fork of it (about 0.3 CPU-seconds). Learners,
+`make grade` and `make outputs` outside the tests start their kernels as usual: only the test session points the
+kernel name "python3" at this file (conftest.py, `start_for_session`), and `COURSE_KERNEL_ZYGOTE=0` turns it off.
 
 What a forked kernel shares with a fresh one (tests/test_kernel_zygote.py compares them): the program and its
-arguments, the environment, the working directory, sys.path, the warning filters of its PYTHONWARNINGS, its
-standard streams (passed over the socket), its umask and resource limits, fresh random seeds, and a process
-tree of its own: each kernel runs under a small leader process, the reaper of the kernel's orphans, which
-forwards the signals jupyter_client sends (interrupt, terminate), ends the kernel when the client process is
-killed, and kills whatever the kernel left running when it ends (as the grader does with a submission's).
-A request whose environment differs where an already imported library read it at import time (LD_*, OMP_*,
-PYTHON*, TORCH*, CUDA*, ...) is refused, and the client starts an ordinary kernel instead; so does a client
-that finds no server.
+arguments, the environment, the working directory, sys.path, the warning filters its PYTHONWARNINGS gives, its
+standard streams (passed over the socket), the signals its client ignores, its umask and resource limits, fresh
+random seeds and multiprocessing key, a session and process group of its own (so an interrupt reaches what the
+kernel runs, as jupyter_client's signal to a fresh kernel's group does), and an exit status by the same signal.
+Each kernel runs under a small leader process, the reaper of the kernel's orphans, which forwards the signals
+jupyter_client sends the client (interrupt, terminate), ends the kernel when the client is killed, and kills
+whatever the kernel left running when it ends. What differs: the string hash seed (shared by the forks), and
+torch's and numpy's import-time messages, printed once in the server's log; a server whose imports printed
+anything serves no kernel, so such a message still reaches the chapters' cells (and conftest.py's check of stderr).
+The grader's own handling of what a submission leaves running is tested with ordinary kernels
+(tests/test_grading_tamper.py). A request whose environment differs where the interpreter or an imported library
+read it at start (LD_*, OMP_*, PYTHON*, TORCH*, LANG, ...) is refused, and the client starts an ordinary kernel
+instead; so does a client that finds no server.
 
 `python kernel_zygote.py serve SOCKET` runs the server; the kernel spec runs
 `python -S kernel_zygote.py client -f CONNECTION_FILE [ipykernel arguments]`, the process jupyter_client
@@ -37,8 +42,9 @@ LOG_ENV = "COURSE_KERNEL_ZYGOTE_LOG"  # where the server writes what it refused 
 # Environment read when the interpreter starts or when the preloaded libraries are imported: a request must match
 # the server's here (PYTHONWARNINGS is applied to the fork instead)
 STARTUP_ENV = re.compile(r"^(LD_|OMP_|MKL_|KMP_|GOMP_|OPENBLAS_|NPY_|TORCH|PYTORCH_|CUDA|NVIDIA_|MALLOC_|PYTHON|"
-                         r"PYZMQ_|ZMQ_|IPYTHON_|TRAITLETS_|TORNADO_|JUPYTER_ALLOW|USER$)")
-LIMITS = [getattr(__import__("resource"), n) for n in dir(__import__("resource")) if n.startswith("RLIMIT_")]
+                         r"PYZMQ_|ZMQ_|IPYTHON_|TRAITLETS_|TORNADO_|JUPYTER_ALLOW|COVERAGE_|LANG$|LANGUAGE$|LC_|TZ$|"
+                         r"USER$)")
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
@@ -52,16 +58,19 @@ def startup_env(env: dict[str, str]) -> dict[str, str]:
 def client(args: list[str]) -> None:
     """Ask the server for a kernel and stand in for it until it ends (exit status, signals); with no server, or a
     refusal, become an ordinary kernel."""
+    import resource
+
     path = os.environ.get(ENV, "")
     conn = None
     if path and path != "0":
         try:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             conn.connect(path)
-            import resource
-
+            limits = [[n, *resource.getrlimit(n)] for n in
+                      (getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_"))]
             request = {"args": args, "env": dict(os.environ), "cwd": os.getcwd(), "umask": _umask(),
-                       "limits": [[n, *resource.getrlimit(n)] for n in LIMITS]}
+                       "limits": limits,
+                       "ignored": [int(s) for s in signal.Signals if signal.getsignal(s) == signal.SIG_IGN]}
             socket.send_fds(conn, [json.dumps(request).encode()], _stdio())
             if conn.recv(64) != b"ok":
                 conn.close()
@@ -77,15 +86,23 @@ def client(args: list[str]) -> None:
         except OSError:
             pass
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    for sig in FORWARDED:
         signal.signal(sig, forward)
+    parent = os.getppid()
     while True:
+        if not select.select([conn], [], [], 1.0)[0]:
+            if os.getppid() != parent:  # whoever started the kernel is gone: so is the kernel (the leader sees EOF)
+                os._exit(1)
+            continue
         message = conn.recv(64)
         if not message:  # the leader is gone without a word
             os._exit(1)
         if message.startswith(b"X"):
             code = int(message[1:])
-            os._exit(code if code >= 0 else 128 - code)
+            if code < 0:  # killed by a signal: end the same way, so that the exit status reads the same
+                signal.signal(-code, signal.SIG_DFL)
+                os.kill(os.getpid(), -code)
+            os._exit(code if code >= 0 else 1)
 
 
 def _umask() -> int:
@@ -120,18 +137,24 @@ def serve(path: str) -> None:
     filters = (startup, options)
     sys.path.pop(0)  # this file's folder: a kernel's sys.path starts as ipykernel_launcher leaves it
 
+    logged = os.fstat(2).st_size
     import numpy  # noqa: F401
     import torch  # noqa: F401
     from ipykernel import ipkernel, kernelapp, zmqshell  # noqa: F401
 
+    sys.stderr.flush()
+    if os.fstat(2).st_size != logged:  # an import printed something: a fresh kernel would show it in a cell
+        print("the imports above printed to stderr: serving no kernel, so that every kernel shows it",
+              file=sys.stderr, flush=True)
+        return
     own_env = startup_env(dict(os.environ))
     parent = os.getppid()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # leaders are reaped by the kernel, never left as zombies
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path + ".tmp")
-    os.rename(path + ".tmp", path)  # clients see the socket only once it accepts
     listener.listen(16)
+    os.rename(path + ".tmp", path)  # clients see the socket only once it accepts
     while os.getppid() == parent:  # the pytest worker that started it is alive
+        _reap()  # leaders that ended (their CPU, and their kernel's, counts in this process's children's)
         if not select.select([listener], [], [], 1.0)[0]:
             continue
         conn, _ = listener.accept()
@@ -158,19 +181,27 @@ def serve(path: str) -> None:
     listener.close()
 
 
+def _reap() -> None:
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
 def _lead(conn: socket.socket, fds: list[int], request: dict, filters: tuple[list, list]) -> None:
     """The leader: reaper of the kernel's process tree, forwarding signals, reporting the kernel's exit."""
     import ctypes
     import resource
 
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     for name, soft, hard in request["limits"]:
         try:
             resource.setrlimit(name, (soft, hard))
-        except (ValueError, OSError):
-            pass
+        except (ValueError, OSError) as exc:
+            print(f"leader: resource limit {name} not set ({exc})", file=sys.stderr, flush=True)
     os.umask(request["umask"])
     kernel = os.fork()
     if kernel == 0:
@@ -181,7 +212,7 @@ def _lead(conn: socket.socket, fds: list[int], request: dict, filters: tuple[lis
     watch = os.pidfd_open(kernel)
     code = 1
     while True:
-        ready = select.select([watch, conn], [], [])[0]
+        ready = select.select([watch, conn], [], [], 1.0)[0]
         if conn in ready:
             message = conn.recv(64)
             if not message:  # the client was killed: so is the kernel
@@ -189,12 +220,18 @@ def _lead(conn: socket.socket, fds: list[int], request: dict, filters: tuple[lis
                 os._exit(0)
             if message.startswith(b"S"):
                 try:
-                    os.kill(kernel, int(message[1:]))
+                    os.killpg(kernel, int(message[1:]))  # the kernel's group, as jupyter_client signals a fresh one
                 except ProcessLookupError:
                     pass
         if watch in ready:
             code = os.waitstatus_to_exitcode(os.waitpid(kernel, 0)[1])
             break
+        for pid in _children(os.getpid()):  # orphans adopted here that ended: no zombies until the kernel ends
+            if pid != kernel:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
     _kill_tree()
     try:
         conn.send(b"X%d" % code)
@@ -239,18 +276,22 @@ def _kill_tree() -> None:
 
 def _become_kernel(fds: list[int], request: dict, filters: tuple[list, list]) -> None:  # never returns
     """Turn this fork into what `python -m ipykernel_launcher ARGS` would be with the client's environment."""
+    import multiprocessing
     import random
     import warnings
 
     import numpy
 
+    os.setsid()  # a session and process group of its own, as jupyter_client starts a fresh kernel
     for fd, target in zip(fds, (0, 1, 2), strict=True):
         os.dup2(fd, target)
         os.close(fd)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    for sig in FORWARDED:
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    for sig in request["ignored"]:
+        signal.signal(sig, signal.SIG_IGN)
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update({k: v for k, v in request["env"].items() if k != ENV})  # no way back to the server
     os.chdir(request["cwd"])
     # warning filters as a fresh interpreter orders them: the imports' (inserted in front), then the options',
     # then the defaults; the server's options give way to the client's PYTHONWARNINGS
@@ -263,6 +304,7 @@ def _become_kernel(fds: list[int], request: dict, filters: tuple[list, list]) ->
     warnings._filters_mutated()  # type: ignore[attr-defined]
     random.seed()
     numpy.random.seed()
+    multiprocessing.current_process().authkey = os.urandom(32)
     import ipykernel_launcher
 
     sys.argv = [ipykernel_launcher.__file__, *request["args"]]
@@ -285,16 +327,15 @@ def start_for_session(folder: str) -> tuple[object, dict[str, str]] | None:
 
     if os.environ.get(ENV) == "0" or not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
         return None
-    from jupyter_client.kernelspec import KernelSpecManager
+    from ipykernel.kernelspec import RESOURCES, get_kernel_dict
 
-    standard = KernelSpecManager().get_kernel_spec("python3")
+    spec = get_kernel_dict()  # ipykernel's own spec of this interpreter (what --nbval-current-env starts)
     spec_dir = os.path.join(folder, "kernels", "python3")
     os.makedirs(spec_dir)
-    for name in os.listdir(standard.resource_dir):  # the logos, as the standard spec has them
-        if name != "kernel.json":
-            shutil.copy(os.path.join(standard.resource_dir, name), spec_dir)
-    spec = standard.to_dict()
-    spec["argv"] = ["python", "-S", os.path.abspath(__file__), "client", *standard.argv[3:]]
+    for name in os.listdir(RESOURCES):  # the logos
+        shutil.copy(os.path.join(RESOURCES, name), spec_dir)
+    assert spec["argv"][1:3] == ["-m", "ipykernel_launcher"], spec["argv"]
+    spec["argv"] = [spec["argv"][0], "-S", os.path.abspath(__file__), "client", *spec["argv"][3:]]
     with open(os.path.join(spec_dir, "kernel.json"), "w") as f:
         json.dump(spec, f, indent=1)
     sock = os.path.join(folder, "zygote.sock")

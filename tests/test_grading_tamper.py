@@ -6,6 +6,7 @@ points (graded again alone first, when several ran at once), naming the files fo
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 import subprocess
 import sys
@@ -99,9 +100,12 @@ def test_a_submission_that_rewrites_the_held_out_cases_scores_zero_and_the_next_
     daemon = DAEMON.format(beat=str(beat)) + "def packed_bytes(shape, bits):\n    return 0"
     nbformat.write(submission({**RIGHT, "0.1": daemon}), subs / "c_daemon_lab00_warmup.ipynb")
     out = tmp_path / "grades"
+    # ordinary kernels, descendants of the grader as in an instructor's run: a forked kernel's leader
+    # (tests/kernel_zygote.py) would stop the daemon itself, and this test would no longer test the grader's stopping
     done = subprocess.run([sys.executable, "-m", "utils.grade", str(subs), "--jobs", "1", "--time-limit", "120",
                            "--csv-dir", str(out), "--labs", str(labs), "--hidden", str(hidden)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=800)
+                          cwd=ROOT, capture_output=True, text=True, timeout=800,
+                          env={**os.environ, "COURSE_KERNEL_ZYGOTE": "0"})
     assert done.returncode == 0, done.stdout + done.stderr
     with open(out / "lab00_warmup.csv", newline="") as f:
         rows = {r["submission"]: r for r in csv.DictReader(f)}

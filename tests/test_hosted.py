@@ -148,12 +148,16 @@ def test_bootstrap_in_a_torch_only_venv_then_chapter_00(tmp_path: Path, monkeypa
         "display_name": "hosted", "language": "python", "env": {"COLAB_RELEASE_TAG": "test", hosted.URL_ENV: str(clone),
                                                                  "MPLBACKEND": "Agg", "COURSE_SIZE": "quick",
                                                                  "PIP_COMPILE": "0"}}))
-    os.environ["JUPYTER_PATH"] = str(tmp_path / "jupyter")
+    before = os.environ.get("JUPYTER_PATH")  # the session's (conftest.py: its kernel spec for forked kernels)
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(tmp_path / "jupyter"), before]))
     try:
         nb = nbformat.read(clone / "notebooks" / "00_setup_and_environment.ipynb", as_version=4)
         NotebookClient(nb, kernel_name="hosted", timeout=300, config=notebook_client_config(),
                        resources={"metadata": {"path": str(work)}}).execute()
     finally:
-        del os.environ["JUPYTER_PATH"]
+        if before is None:
+            del os.environ["JUPYTER_PATH"]
+        else:
+            os.environ["JUPYTER_PATH"] = before
     first_output = next(c for c in nb.cells if c.cell_type == "code").outputs[0]["text"]
     assert first_output.startswith("Hosted notebook on CPU")

@@ -1,7 +1,8 @@
-"""The test suite's forked kernels (tests/kernel_zygote.py) against ordinary ones, started side by side with the same
-environment: what a cell can see is the same, except what must differ (random seeds); signals reach the kernel;
-a killed client takes its kernel along, and a kernel's leftovers end with it; an environment the preloaded
-libraries would have read differently gets an ordinary kernel."""
+"""The test suite's forked kernels (tests/kernel_zygote.py) against ordinary ones (ipykernel's own kernel spec),
+started with the same environment: what a cell can see is the same, except what must differ (random seeds, the
+multiprocessing key); an interrupt reaches the kernel's process group; a killed client takes its kernel along,
+and what a kernel left running ends with it; an environment the preloaded libraries would have read differently
+gets an ordinary kernel, and so does a client that finds no server."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import time
 
 import pytest
 from jupyter_client import KernelManager
+from jupyter_client.kernelspec import KernelSpecManager
 
 import tests.kernel_zygote as kz
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"),
-                                reason="the zygote is Linux only")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open")
+                                or os.environ.get(kz.ENV) == "0", reason="the zygote is Linux only, and turned off")
 
 PROBE = """
 import sys
@@ -29,12 +31,15 @@ print(json.dumps({"path": sys.path, "cwd": os.getcwd(), "argv0": os.path.basenam
     "umask": os.umask(0o022), "nofile": resource.getrlimit(resource.RLIMIT_NOFILE),
     "sigint": repr(signal.getsignal(signal.SIGINT)), "main": sys.modules["__main__"].__class__.__name__,
     "stdin": os.isatty(0), "flags": list(sys.flags), "executable": sys.executable,
-    "draws": [random.random(), float(numpy.random.rand())], "torch_preloaded": TORCH_PRELOADED}))
+    "draws": [random.random(), float(numpy.random.rand())], "torch_preloaded": TORCH_PRELOADED,
+    "authkey": bytes(__import__("multiprocessing").current_process().authkey).hex(),
+    "own_group": os.getpgid(0) == os.getpid() == os.getsid(0)}))
 """
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    """A server of this module's own (not the session's), its socket and its kernel spec's folder."""
     folder = tmp_path_factory.mktemp("zygote")
     started = kz.start_for_session(str(folder))
     assert started is not None
@@ -42,13 +47,17 @@ def server(tmp_path_factory):
     deadline = time.monotonic() + 60
     while not os.path.exists(env[kz.ENV]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    yield env, folder
+    assert os.path.exists(env[kz.ENV]), open(folder / "zygote.log").read()
+    yield env[kz.ENV], folder
     process.terminate()
     process.wait(timeout=10)
 
 
-def _start(env: dict[str, str], cwd: str) -> tuple[KernelManager, object]:
-    km = KernelManager(kernel_name="python3")
+def _start(folder, env: dict[str, str], cwd: str, ordinary: bool = False) -> tuple[KernelManager, object]:
+    """A kernel from the server's spec, or (`ordinary`) from ipykernel's own spec of this interpreter, the one the
+    spec without a zygote runs: `python -m ipykernel_launcher -f CONNECTION_FILE`."""
+    specs = KernelSpecManager(kernel_dirs=[] if ordinary else [str(folder / "kernels")])
+    km = KernelManager(kernel_name="python3", kernel_spec_manager=specs)
     km.start_kernel(env=env, cwd=cwd)
     kc = km.client()
     kc.start_channels()
@@ -67,8 +76,8 @@ def _run(kc, code: str, timeout: float = 60) -> tuple[str, dict]:
     return "".join(out), reply["content"]
 
 
-def _probe(env: dict[str, str], cwd: str) -> dict:
-    km, kc = _start(env, cwd)
+def _probe(folder, env: dict[str, str], cwd: str, ordinary: bool = False) -> dict:
+    km, kc = _start(folder, env, cwd, ordinary)
     try:
         return json.loads(_run(kc, PROBE)[0])
     finally:
@@ -76,41 +85,43 @@ def _probe(env: dict[str, str], cwd: str) -> dict:
         km.shutdown_kernel(now=True)
 
 
-def _env(server_env: dict[str, str], **extra: str) -> dict[str, str]:
-    return {**os.environ, "JUPYTER_PATH": server_env["JUPYTER_PATH"], **extra}
-
-
 def test_a_forked_kernel_sees_what_an_ordinary_one_sees(server, tmp_path):
-    env, _ = server
-    extra = {"PYTHONWARNINGS": "ignore::UserWarning,error::ResourceWarning", "COURSE_PROBE": "1"}
-    forked = _probe(_env(env, **{kz.ENV: env[kz.ENV]}, **extra), str(tmp_path))
-    fresh = _probe(_env(env, **{kz.ENV: ""}, **extra), str(tmp_path))  # the client's own fallback: a plain kernel
-    again = _probe(_env(env, **{kz.ENV: env[kz.ENV]}, **extra), str(tmp_path))
+    sock, folder = server
+    env = {**os.environ, "PYTHONWARNINGS": "ignore::UserWarning,error::ResourceWarning", "COURSE_PROBE": "1",
+           kz.ENV: sock}
+    forked = _probe(folder, env, str(tmp_path))
+    fresh = _probe(folder, env, str(tmp_path), ordinary=True)
+    again = _probe(folder, env, str(tmp_path))
     assert forked.pop("torch_preloaded") and again.pop("torch_preloaded") and not fresh.pop("torch_preloaded")
     draws = [forked.pop("draws"), fresh.pop("draws"), again.pop("draws")]
     assert draws[0] != draws[2], "two forks drew the same random numbers"
+    assert forked.pop("authkey") != again.pop("authkey")
+    fresh.pop("authkey")
     for probe in (forked, fresh, again):  # the connection file is each kernel's own
         probe["argv"] = [a for a in probe["argv"] if not a.endswith(".json")]
         probe["env"].pop("JPY_PARENT_PID")
     assert forked == fresh == again
-    assert forked["cwd"] == str(tmp_path) and forked["env"]["COURSE_PROBE"] == "1"
+    assert forked["cwd"] == str(tmp_path) and forked["env"]["COURSE_PROBE"] == "1" and forked["own_group"]
+    assert forked["argv0"] == "ipykernel_launcher.py" and forked["argv"] == ["-f"]
     assert any("UserWarning" in f and "ignore" in f for f in forked["filters"])
 
 
-def test_signals_reach_the_kernel_and_a_killed_client_takes_it_along(server, tmp_path):
-    env, _ = server
-    km, kc = _start(_env(env, **{kz.ENV: env[kz.ENV]}), str(tmp_path))
+def test_signals_reach_the_kernels_group_and_a_killed_client_takes_it_along(server, tmp_path):
+    sock, folder = server
+    km, kc = _start(folder, {**os.environ, kz.ENV: sock}, str(tmp_path))
     try:
         pid = int(_run(kc, "import os; print(os.getpid())")[0])
         assert pid != km.provisioner.process.pid  # a fork, not the client
-        _run(kc, "import subprocess, sys\nleft = subprocess.Popen([sys.executable, '-c', 'import time; "
-                 "time.sleep(600)'], start_new_session=True)\nprint(left.pid)")
-        leftover = int(_run(kc, "print(left.pid)")[0])
-        kc.execute("import time\nwhile True:\n    time.sleep(0.1)")
+        # a process the kernel leaves running, in a session of its own (the daemon of tests/test_grading_tamper.py)
+        leftover = int(_run(kc, "import subprocess, sys\nleft = subprocess.Popen([sys.executable, '-c', 'import "
+                                "time; time.sleep(600)'], start_new_session=True)\nprint(left.pid)")[0])
+        # an interrupt reaches the kernel's group: the shell command it waits on ends too, as with a fresh kernel
+        kc.execute("import os, time\nt0 = time.monotonic()\nstatus = os.system('sleep 60')")
         time.sleep(1)
         km.interrupt_kernel()
         reply = kc.get_shell_msg(timeout=20)
-        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert reply["content"]["status"] in ("ok", "error")
+        assert float(_run(kc, "print(time.monotonic() - t0)")[0]) < 30, "the interrupt did not reach the command"
         km.shutdown_kernel(now=True)  # SIGKILL to the client's process group, no message: the fork is not in it
         deadline = time.monotonic() + 20
         while (os.path.exists(f"/proc/{pid}") or os.path.exists(f"/proc/{leftover}")) and time.monotonic() < deadline:
@@ -124,14 +135,18 @@ def test_signals_reach_the_kernel_and_a_killed_client_takes_it_along(server, tmp
 
 
 def test_an_environment_read_at_import_gets_an_ordinary_kernel(server, tmp_path):
-    env, folder = server
+    sock, folder = server
     threads = str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 1)
-    probe = _probe(_env(env, **{kz.ENV: env[kz.ENV]}, OMP_NUM_THREADS=threads), str(tmp_path))
+    log = os.environ.get(kz.LOG_ENV) or str(folder / "zygote.log")
+    size = os.path.getsize(log)
+    probe = _probe(folder, {**os.environ, kz.ENV: sock, "OMP_NUM_THREADS": threads}, str(tmp_path))
     assert not probe["torch_preloaded"] and probe["env"]["OMP_NUM_THREADS"] == threads
-    log = os.environ.get(kz.LOG_ENV) or os.path.join(folder, "zygote.log")
-    assert "environment differs in ['OMP_NUM_THREADS']" in open(log).read()
+    with open(log) as f:
+        f.seek(size)
+        assert "environment differs in ['OMP_NUM_THREADS']" in f.read()
 
 
-def test_no_server_means_ordinary_kernels(tmp_path):
-    probe = _probe({**os.environ, kz.ENV: str(tmp_path / "no-such.sock")}, str(tmp_path))
+def test_no_server_means_ordinary_kernels(server, tmp_path):
+    _, folder = server
+    probe = _probe(folder, {**os.environ, kz.ENV: str(tmp_path / "no-such.sock")}, str(tmp_path))
     assert probe["argv0"] == "ipykernel_launcher.py" and not probe["torch_preloaded"]
