@@ -42,7 +42,7 @@ CAPABILITY_CHAPTERS = [c for c in CHAPTERS if reads_capability(c)]
 # are skipped at tiny size. Measured on 2 cores (other jobs running, s): quick / tiny under the simulated T4:
 # 00 10/5, 01 10/16, 02 12/8, 03 18/12, 04 13/8, 05 52/21, 06 29/7, 07 137/91, 08 9/8, 09 22/21 - about 310 s
 # against 200 s, so quick replaces tiny for the T4 (H100 and MPS stay tiny: control flow). Two files, so that
-# pytest-xdist (--dist loadfile) runs the halves side by side in `make test-devices`: test_simulated_gpu_t4.py
+# pytest-xdist (--dist loadfile) runs the halves side by side in `make test-platforms`: test_simulated_gpu_t4.py
 # (00-06, ~145 s) and test_simulated_gpu_t4_quick.py (07-10, ~170 s).
 T4_SIZE = "quick"
 T4_FIRST = [c for c in CHAPTERS if c[:2] <= "06"]
@@ -51,23 +51,21 @@ QUICK_KNOWN_FAILURES: dict[str, str] = {}  # none since issue 33 (docs/simulatio
 
 
 # The per-device chapter matrix (every chapter under the simulated T4, Apple GPU and H100: about 530 CPU-seconds,
-# four and a half minutes of `make test`'s fifteen on 2 cores) runs in `make test-devices`, which CI runs after
-# `make test`; `make test` keeps chapter 00 under each simulated device (its device lines and the T4 trap) and the
-# simulation's own tests (tests/test_sim_gpu_behaviour.py, tests/test_issue33_gpu_paths.py, tests/test_gpu_check.py).
-DEVICES_ENV = "COURSE_TEST_DEVICES"
+# four and a half minutes of `make test`'s fifteen on 2 cores) runs in `make test-platforms` (tests/platform_tier.py),
+# which CI runs after `make test`; `make test` keeps chapter 00 under each simulated device (its device lines and the
+# T4 trap) and the simulation's own tests (tests/test_sim_gpu_behaviour.py, tests/test_issue33_gpu_paths.py).
 IN_MAKE_TEST = "00_setup_and_environment.ipynb"
 
 
 def device_params(notebooks: list[str]) -> list:
-    """pytest parameters for a per-device chapter run: every chapter but IN_MAKE_TEST skipped unless DEVICES_ENV is
-    set (`make test-devices`), and known quick-size failures marked xfail(strict=False) with their finding."""
+    """pytest parameters for a per-device chapter run: every chapter but IN_MAKE_TEST only in `make test-platforms`,
+    and known quick-size failures marked xfail(strict=False) with their finding."""
     import pytest
+    from platform_tier import only_in_platforms
 
-    matrix = pytest.mark.skipif(not os.environ.get(DEVICES_ENV),
-                                reason="the per-device chapter matrix: make test-devices (CI runs it after make test)")
     params = []
     for c in notebooks:
-        marks = [] if c == IN_MAKE_TEST else [matrix]
+        marks = [] if c == IN_MAKE_TEST else [only_in_platforms]
         if c[:2] in QUICK_KNOWN_FAILURES:
             marks.append(pytest.mark.xfail(strict=False, reason=QUICK_KNOWN_FAILURES[c[:2]]))
         params.append(pytest.param(c, marks=marks))

@@ -9,6 +9,7 @@ import os
 import nbformat
 import pytest
 import torch
+from platform_tier import only_in_platforms
 from simulated_gpu import setup_cell_source, simulated
 
 from utils import gpu_check
@@ -23,6 +24,7 @@ def test_without_a_gpu_one_line_and_a_non_zero_exit(capsys):
 
 
 @pytest.mark.slow
+@only_in_platforms
 def test_gpu_path_under_a_simulated_t4(tmp_path):
     config = [{"precision": "fp32", "optimizer": "adamw", "checkpointing": False, "batch": 4}]
     with simulated("t4"):

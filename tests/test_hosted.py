@@ -15,6 +15,7 @@ import nbformat
 import pytest
 import torch
 from nbclient import NotebookClient
+from platform_tier import only_in_platforms
 
 from utils import hosted
 from utils.kernels import notebook_client_config
@@ -107,6 +108,7 @@ def link_installed(names: tuple[str, ...], python: Path, folder: Path) -> bool:
 
 
 @pytest.mark.slow
+@only_in_platforms
 def test_bootstrap_in_a_torch_only_venv_then_chapter_00(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A hosted image caches bytecode as any Python does; where PYTHONDONTWRITEBYTECODE is set (as on the machine this
     # course is developed on) each process below would compile torch's sources again (6 s against 1.6 s for

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from platform_tier import only_in_platforms
 
 from utils.grade import autograded_points, grade_notebook
 from utils.labs import LABS_DIR, SOLUTIONS_DIR, lab_exercises, nbgrader_source, read_notebook, write_nbgrader
@@ -105,6 +106,7 @@ def _by_exercise(grades: list[tuple[str, float]]) -> dict[str, float]:
 
 
 @pytest.mark.slow
+@only_in_platforms
 def test_nbgrader_scores_equal_make_grade(tmp_path: Path) -> None:
     nbgrader, env = _nbgrader()
     course = tmp_path / "course"

@@ -1,5 +1,5 @@
 """Every chapter with an Apple GPU (MPS) simulated on the CPU: control flow and messages, never figures (chapter 00
-in `make test`, the others in `make test-devices`)."""
+in `make test`, the others in `make test-platforms`)."""
 
 import pytest
 from simulated_chapters import CHAPTERS, check_chapter, device_params

@@ -1,7 +1,7 @@
 """Every chapter at QUICK size, figure assertions on, under a simulated A10G (8.6, ~22 GiB), H100 (9.0, ~79 GiB) and
-Apple GPU (MPS): the issue-33 run (the T4's is tests/test_simulated_gpu_t4*.py, in `make test-devices`).
+Apple GPU (MPS): the issue-33 run (the T4's is tests/test_simulated_gpu_t4*.py, in `make test-platforms`).
 
-About 20 minutes on 2 cores, so opt-in: COURSE_SIM_QUICK_ALL=1 (`make test-devices` runs the T4 at quick size and
+About 20 minutes on 2 cores, so opt-in: COURSE_SIM_QUICK_ALL=1 (`make test-platforms` runs the T4 at quick size and
 the H100 and MPS at tiny size). Each run also checks the state a chapter leaves in force (the memory
 fraction, the allocator variables: tests/simulated_gpu.py, end_state). Known failures name their finding
 (docs/simulation.md)."""

@@ -1,6 +1,6 @@
 """Chapters 07-10 with a T4 simulated on the CPU at QUICK size, every figure assertion on (the other half of
 tests/test_simulated_gpu_t4.py, in its own file so that pytest-xdist runs the halves side by side; in
-`make test-devices`).
+`make test-platforms`).
 
 A chapter that fails here because of a notebook bug carries an xfail naming the finding (QUICK_KNOWN_FAILURES in
 tests/simulated_chapters.py); the coordinator fixes the notebook and removes it."""
