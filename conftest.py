@@ -65,6 +65,9 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=key)
 
 
+_ZYGOTE = pytest.StashKey[tuple]()  # the session's kernel server and its folder
+
+
 def pytest_collection_finish(session):
     """Each process that runs tests (an xdist worker, or pytest alone) starts its kernels as forks of a server that
     has imported torch (tests/kernel_zygote.py; COURSE_KERNEL_ZYGOTE=0 turns it off), once the test settings of
@@ -80,9 +83,6 @@ def pytest_collection_finish(session):
     server, env = started
     os.environ.update(env)
     config.stash[_ZYGOTE] = (server, folder)
-
-
-_ZYGOTE = pytest.StashKey[tuple]()
 
 
 def pytest_unconfigure(config):

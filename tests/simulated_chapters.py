@@ -51,7 +51,7 @@ QUICK_KNOWN_FAILURES: dict[str, str] = {}  # none since issue 33 (docs/simulatio
 
 
 # The per-device chapter matrix (every chapter under the simulated T4, Apple GPU and H100: about 530 CPU-seconds,
-# four and a half minutes of `make test`'s fifteen on 2 cores) runs in `make test-platforms` (tests/platform_tier.py),
+# four and a half minutes on 2 cores) runs in `make test-platforms` (tests/platform_tier.py),
 # which CI runs after `make test`; `make test` keeps chapter 00 under each simulated device (its device lines and the
 # T4 trap) and the simulation's own tests (tests/test_sim_gpu_behaviour.py, tests/test_issue33_gpu_paths.py).
 IN_MAKE_TEST = "00_setup_and_environment.ipynb"
@@ -70,6 +70,8 @@ def device_params(notebooks: list[str]) -> list:
             marks.append(pytest.mark.xfail(strict=False, reason=QUICK_KNOWN_FAILURES[c[:2]]))
         params.append(pytest.param(c, marks=marks))
     return params
+
+
 SIM_CELL_TIMEOUT = int(os.environ.get("COURSE_SIM_CELL_TIMEOUT", "240"))
 
 
