@@ -67,17 +67,18 @@ test: $(STAMP) lint
 	$(PY) -m utils.labs --check
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
-# The course on other platforms (tests/platform_tier.py), about 7 minutes on 2 cores: every chapter under the
-# simulated T4 (quick size, figure assertions on), Apple GPU and H100 (tiny size), `make gpu-check` under a simulated
-# T4, the Colab/Kaggle bootstrap in a fresh venv, nbgrader against `make grade`. `make test` runs chapter 00 under
-# each simulated GPU; CI (.ci/run) runs this after `make test`.
+# What `make test` skips as "in make test-platforms" (tests/platform_tier.py), 31 tests, about 6 to 7 minutes of pytest
+# on 2 cores: every chapter under the simulated T4 (quick size, figure assertions on) and Apple GPU, the six that read
+# the compute capability under the simulated H100 (tiny size), `make gpu-check` under a simulated T4, the Colab/Kaggle
+# bootstrap in a fresh venv, nbgrader against `make grade`. `make test` runs chapter 00 under each simulated GPU
+# (repeated here); CI (.ci/run) runs this after `make test`. -v names each test as it passes.
 PLATFORM_TESTS := tests/test_simulated_gpu_t4.py tests/test_simulated_gpu_t4_quick.py tests/test_simulated_gpu_mps.py \
 	tests/test_simulated_gpu_h100.py tests/test_gpu_check.py::test_gpu_path_under_a_simulated_t4 \
 	tests/test_hosted.py::test_bootstrap_in_a_torch_only_venv_then_chapter_00 \
 	tests/test_nbgrader.py::test_nbgrader_scores_equal_make_grade
+PLATFORM_PYTEST := -n $(JOBS) --dist loadfile --no-loadscope-reorder -v --durations=10
 test-platforms: $(STAMP)
-	COURSE_TEST_PLATFORMS=1 $(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder $(PLATFORM_TESTS) \
-		$(PYTEST_ARGS)
+	COURSE_TEST_PLATFORMS=1 $(PY) -m pytest $(PLATFORM_PYTEST) $(PLATFORM_TESTS) $(PYTEST_ARGS)
 
 labs: $(STAMP)
 	$(PY) -m utils.labs $(if $(FORCE_LABS),--force)

@@ -1,7 +1,7 @@
 """Chapters 00-06 with a T4 (compute capability 7.5, ~15 GiB) simulated on the CPU at QUICK size (chapter 00 in
 `make test`, the others in `make test-platforms`: tests/simulated_chapters.py, device_params): every figure
 assertion on, memory from the caching allocator model, events that complete only when synchronised, child processes
-under the same simulated T4 (chapters 07-09: tests/test_simulated_gpu_t4_quick.py; the choice and its time: T4_SIZE
+under the same simulated T4 (chapters 07-10: tests/test_simulated_gpu_t4_quick.py; the choice and its time: T4_SIZE
 in tests/simulated_chapters.py)."""
 
 import pytest
