@@ -56,6 +56,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
 from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, REASONING_POINTS, STRICT_ENV, named_quantities
+from utils.forkserver import ForkServer
 from utils.kernels import notebook_client_config, started_again
 from utils.labs import (
     HIDDEN_DIR,
@@ -76,6 +77,7 @@ from utils.validate import check_instance, check_number
 DEFAULT_TIME_LIMIT_S = 300
 MAX_OUTPUT_BYTES = 1_000_000  # per submission, the grader's own check cells excluded
 RUNNER = REPO_ROOT / "grading" / "runner.py"
+FORKSERVER_ENV = "COURSE_GRADE_FORKSERVER"  # "0": each grading child starts afresh (imports torch and the checks)
 BY_HAND = "graded by hand (rubric)"
 
 
@@ -738,43 +740,84 @@ def _voided(scores: list[ExerciseScore], reason: str, what: str, advice: str = "
             ] if voided else []
 
 
-def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir: Path) -> SubmissionScore:
-    """Grade in a child process, killed if it outlives the time limit by a minute (kernel start, cleanup). The score
-    comes back through a pipe that only the child holds (its kernel and anything the kernel starts do not inherit
-    it): a score file could be rewritten by a process the submission left running."""
+def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir: Path,
+                    server: ForkServer | None = None) -> SubmissionScore:
+    """Grade in a child process (forked by `server` where there is one, else started afresh), killed if it outlives
+    the time limit by a minute (kernel start, cleanup). The score comes back through a pipe that only the child holds
+    (its kernel and anything the kernel starts do not inherit it): a score file could be rewritten by a process the
+    submission left running."""
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", "utils.grade", "--one", str(path), "--result-fd", str(write_fd),
-           "--labs", str(labs_dir), "--hidden", str(hidden_dir), "--time-limit", repr(time_limit_s)]
-    env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
+    err_read, err_write = os.pipe()
+    options = ["--labs", str(labs_dir), "--hidden", str(hidden_dir), "--time-limit", repr(time_limit_s)]
+    child = None
     try:
         with _STARTING:
-            child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     pass_fds=(write_fd,), cwd=REPO_ROOT)
+            if server is not None:
+                with open(os.devnull, "wb") as null:
+                    child = server.spawn(["--one", str(path), "--result-fd", "@fd0", *options], stdout=null.fileno(),
+                                         stderr=err_write, pass_fds=(write_fd,))
+            if child is None:  # no server, or it has gone: a process of its own
+                env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
+                child = _Started(subprocess.Popen(
+                    [sys.executable, "-m", "utils.grade", "--one", str(path), "--result-fd", str(write_fd), *options],
+                    env=env, stdout=subprocess.DEVNULL, stderr=err_write, pass_fds=(write_fd,), cwd=REPO_ROOT))
             _RUNNING.add(child.pid)
     finally:
         os.close(write_fd)
+        os.close(err_write)
     received: list[bytes] = []
-    reader = threading.Thread(target=lambda: received.append(_read_all(read_fd)), daemon=True)
-    reader.start()
+    stderr: list[bytes] = []
+    readers = [threading.Thread(target=lambda: received.append(_read_all(read_fd)), daemon=True),
+               threading.Thread(target=lambda: stderr.append(_read_all(err_read)), daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
-        _, stderr = child.communicate(timeout=time_limit_s + 60)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
-        return _zeroed(path, labs_dir, f"killed after {time_limit_s + 60:g} s: over the time limit")
+        if not child.wait(time_limit_s + 60):
+            child.kill()
+            child.wait(60)
+            return _zeroed(path, labs_dir, f"killed after {time_limit_s + 60:g} s: over the time limit")
     finally:
         _RUNNING.discard(child.pid)
-    reader.join(timeout=10)
+        child.close()
+    for reader in readers:
+        reader.join(timeout=10)  # a process the submission left running may hold the child's stderr open
     try:
         data = json.loads(received[0])
         return SubmissionScore(data["submission"], data["lab"], [ExerciseScore(**e) for e in data["exercises"]],
                                data["notes"], data.get("answers", {}))
     except (IndexError, ValueError, TypeError, KeyError):
-        last = (stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1][:300]
+        last = (b"".join(stderr).decode(errors="replace").strip().splitlines() or ["no message"])[-1][:300]
         return _zeroed(path, labs_dir, f"the grading process died before sending a score ({last})")
 
 
-_RUNNING: set[int] = set()  # the grading children at work now (their pids)
+class _Started:
+    """A grading child started with exec, behind the same three calls as a forked `forkserver.Child`."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process, self.pid = process, process.pid
+
+    def wait(self, timeout_s: float) -> bool:
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def close(self) -> None:
+        pass
+
+
+# What every grading child needs, imported once by the fork server: the kernel's client, torch and every lab's
+# checks (read here before any submission runs, like the trusted files).
+GRADING_PRELOAD = ("nbclient", "jupyter_client", "torch", "utils.grade", "utils.checks.wire",
+                   *(f"utils.checks.{p.stem}" for p in sorted((REPO_ROOT / "utils" / "checks").glob("ch*.py"))),
+                   "utils.checks.warmup")
+
+
+_RUNNING: set[int] = set()  # the grading children at work now (their pids), and the fork server
 _STARTING = threading.Lock()  # held while a grading child starts and while leftovers are stopped
 
 
@@ -1150,13 +1193,18 @@ def main(argv: list[str] | None = None) -> int:
     caches: dict[Path, tuple[int, int]] = {}
     _forged_caches(roots, caches)  # a cache planted before this run is deleted too
     adopted = _adopt_orphans()
+    server = None if os.environ.get(FORKSERVER_ENV) == "0" or len(paths) < 2 else ForkServer.start(
+        "utils.grade:main", GRADING_PRELOAD, env={k: v for k, v in os.environ.items() if k != STRICT_ENV},
+        cwd=str(REPO_ROOT))
+    if server is not None:
+        _RUNNING.add(server.process.pid)  # not a leftover: `_stop_leftovers` spares it
 
     def grade(path: Path) -> tuple[SubmissionScore, list[str]]:
         """The submission's score, and the trusted files found changed once it is done (put back): every submission
         graded meanwhile becomes a suspect."""
         with lock:
             running.add(path)
-        score = _grade_in_child(path.resolve(), labs, args.time_limit, hidden)
+        score = _grade_in_child(path.resolve(), labs, args.time_limit, hidden, server)
         with lock:
             if adopted:
                 _stop_leftovers()
@@ -1166,14 +1214,19 @@ def main(argv: list[str] | None = None) -> int:
             running.discard(path)
         return score, touched
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        scores = [score for score, _ in pool.map(grade, paths)]
-    for i, path in enumerate(paths):  # graded again one at a time: the one that changes the files again scores 0
-        if path in suspects:
-            scores[i], touched = grade(path)
-            if touched:
-                scores[i] = _tampered(path, labs, touched)
-                print(f"{path.name}: {scores[i].notes[-1]}", flush=True)
+    try:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            scores = [score for score, _ in pool.map(grade, paths)]
+        for i, path in enumerate(paths):  # graded again one at a time: the one that changes the files again scores 0
+            if path in suspects:
+                scores[i], touched = grade(path)
+                if touched:
+                    scores[i] = _tampered(path, labs, touched)
+                    print(f"{path.name}: {scores[i].notes[-1]}", flush=True)
+    finally:
+        if server is not None:
+            server.close()
+            _RUNNING.discard(server.process.pid)
     try:
         print("\n" + report(scores, args.csv_dir))
         write_gradescope(scores, args.csv_dir / "gradescope")
