@@ -128,6 +128,14 @@ def test_readings_quote_the_measured_figures():
     assert f"costs {half:.0%} more than the minimum and 2k* = 51 costs {twice:.0%} more" in reading
     assert f"the cost stays within {opt['band_30pct_above']:.0%} of it" in reading
     assert f"√N = 8 costs {peak[8] / peak[best]:.2f} times the minimum" in reading
+    # review s9 S17: the reading closes section 2's Predict (smooth count) with the whole-segment count, both printed
+    m = re.search(r"sqrt\(N\) = 8 uses [\d.]+x the minimum \(the freed count says ([\d.]+)x, the smooth k \+ c\*N/k "
+                  r"([\d.]+)x\)", out)
+    assert m, "the ratio line is missing"
+    assert f"88/50.6 = {m.group(2)} of section 2's Predict" in reading and f"88/45 = {m.group(1)}" in reading
+    c = round(opt["c"])  # the reading's arithmetic uses c = 10
+    assert f"max(14 + {3 * c}, 25 + {2 * c}) = {max(14 + 3 * c, 25 + 2 * c)} inputs, not the {25 + c * 64 / 25:.1f}" \
+        in " ".join(reading.split())
     assert "about 6%" not in text
     # the H100 run: the freed count fits its allocator's peaks to a constant, the all-alive count does not
     h100 = results("nvidia-h100-80gb-hbm3")
@@ -210,3 +218,24 @@ def test_attention_is_the_dearer_recomputation_at_the_tables_shape():
 def test_answer_5_quotes_the_printed_ratio():
     ratio = re.search(r"checkpoint_sequential keeps ([\d.]+)x what the even split keeps", stdout()).group(1)
     assert f"this keeps {ratio} times what the chapter's even split keeps" in " ".join(markdown().split())
+
+
+def test_no_backward_op_reads_the_last_matmuls_output():
+    """Review s9 S2, as chapter 05's selective-policy reading says: in the block x + down(gelu(up(ln(x)))), autograd
+    saves nothing that shares `down`'s output storage (the residual add saves nothing), so a policy that keeps it
+    keeps it for nothing; `up`'s output is saved (GELU's input). Checked with saved-tensor hooks, not the chapter."""
+    import torch
+    from torch import nn
+
+    d = 16
+    ln, up, down = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+    outputs = {}
+    up.register_forward_hook(lambda m, i, o: outputs.__setitem__("up", o.untyped_storage().data_ptr()))
+    down.register_forward_hook(lambda m, i, o: outputs.__setitem__("down", o.untyped_storage().data_ptr()))
+    saved: list[int] = []
+    x = torch.randn(8, d, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.untyped_storage().data_ptr()) or t,
+                                                  lambda t: t):
+        y = x + down(torch.nn.functional.gelu(up(ln(x))))
+    assert outputs["up"] in saved and outputs["down"] not in saved
+    y.sum().backward()

@@ -185,3 +185,22 @@ def test_the_effective_batch_quoted_is_the_workers():
     world = int(re.search(r"world_size=(\d+)", launch).group(1))
     assert f"B_eff = b × k × W samples, here {micro} × {k} × {world} = {micro * k * world}" in " ".join(
         markdown().split())
+
+
+def test_section_8_reading_leads_with_the_printed_figures():
+    """Review s9 S18: the reading of section 8 opens with the two runs' numbers, each the printed line's."""
+    out, text = outputs_text(), markdown()
+    reading = " ".join(text[text.index("**Reading the table.** Memory first."):].split())
+    here = re.search(r"^memory: peak = ([\d.]+) \+ .* gradients take ([\d.]+) MiB; .* and (\d+)% at k = (\d+)$", out,
+                     flags=re.M)
+    assert here, "this run's memory line"
+    assert f"the fixed part, {here.group(1)} MiB, sits a little above the model's FP32 gradients ({here.group(2)} " \
+           f"MiB) and is {here.group(3)}% of the peak at k = {here.group(4)}" in reading
+    assert float(here.group(1)) > float(here.group(2))
+    gpu = re.search(r"H100 80GB HBM3, memory: peak = ([\d.]+) \+ .* gradients take ([\d.]+) MiB; .* and (\d+)% at "
+                    r"k = (\d+)$", out, flags=re.M)
+    assert gpu and f"{gpu.group(1)} MiB against {gpu.group(2)} MiB of gradients, {gpu.group(3)}% at k = " \
+                   f"{gpu.group(4)}" in reading
+    times = re.findall(r"k = (\d+) ([+-]\d+)% \(beyond the spread\)", out)
+    assert f"{', '.join(t + '%' for _, t in times[:-1])} and {times[-1][1]}% at k = " \
+           f"{', '.join(k for k, _ in times[:-1])} and {times[-1][0]}, each beyond its spread" in reading
