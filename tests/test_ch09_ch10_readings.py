@@ -219,3 +219,19 @@ def test_the_ledger_beside_the_h100_checkpointed_step_is_read_as_it_is():
             f"{-off['+ activation checkpointing']:.1%} below the GPU's peak (its FP32 and BF16 rows: "
             f"{off['baseline: FP32, AdamW']:+.1%} and {off['BF16 mixed precision (torch.amp)']:+.1%})")
     assert said in prose, said
+
+
+# Chapter 09's readings (the text between a measuring cell and the next heading) whose last sentence is their
+# conclusion, said plainly (review s9: eleven readings put the finding mid-paragraph and ended on a side remark).
+CONCLUDED = ("fa5c1ffb", "363aeff3", "c854cfa7", "5c6f7459", "69281c55", "040ddbc0", "37026ae7", "64ad7847",
+             "0ddfe871", "adaf5829")
+
+
+def test_chapter_09_readings_end_in_their_conclusion():
+    cells = {c.get("id"): "".join(c["source"]) for c in
+             json.loads((ROOT / "09_capstone_fit_a_model.ipynb").read_text(encoding="utf-8"))["cells"]}
+    for cell_id in CONCLUDED:
+        reading = cells[cell_id].split("\n\n#")[0].rstrip()
+        last = reading.split("\n\n")[-1]
+        tail = last[last.rindex("**") + 2:] if "**" in last else last
+        assert "**" in last and len(tail.split()) <= 30, f"cell {cell_id}: the reading ends on {tail[-120:]!r}"
