@@ -260,7 +260,8 @@ def test_the_h100_batch_search_reading_is_its_printed_figures():
     prose = " ".join(_prose().split())
     assert (f"{fixed:,.2f} MiB fixed + {per:,.3f} MiB per sample, predict ({cap} × 1,024 − {fixed:,.0f}) / "
             f"{per:,.0f} ≈ {round((cap_mib - fixed) / per)} under its {cap} GiB cap, but {trained} trained: the "
-            f"process already held {held_mib:,.0f} MiB (its printed baseline), and ({cap} × 1,024 − {held_mib:,.0f}) / "
+            f"process already held {held_mib:,.0f} MiB of live tensors (its printed baseline, after `empty_cache()`), "
+            f"and ({cap} × 1,024 − {held_mib:,.0f}) / "
             f"{per:,.0f} ≈ {round((cap_mib - held_mib) / per)}") in prose
 
 
