@@ -727,7 +727,7 @@ EXEMPT: dict[str, str] = {
         "utils.glossary.terms", "utils.results.load_claims", "utils.hosted.repository_url", "utils.hosted.chapters",
         "utils.quiet.import_torchao", "utils.quiet.install_filters", "utils.quiet.native_stderr_silenced",
         "utils.distributed.cpu_mesh", "utils.time_model.time_table", "utils.gpu_check.no_gpu_line",
-        "utils.plan.host_ram_bytes",
+        "utils.plan.host_ram_bytes", "utils.forkserver.not_dumpable",
         "utils.verdicts.all_judges",
         "utils.gpu_check.chapter_notebooks", "utils.kernels.notebook_client_config")},
     **{n: "parses tool or file output: returns a value meaning 'unknown' for anything unparsable, by design "

@@ -196,6 +196,9 @@ def test_planted_submissions_get_the_scores_they_deserve(graded):
         assert got == expected, f"{name}: {got} != {expected}; notes: {row['notes']}"
         assert float(row["max"]) == 5
     assert "time limit" in rows["infinite_loop_lab00_warmup.ipynb"]["notes"]
+    # both runs graded through the fork server (utils/forkserver.py), which then did not fail over (review s11 K7)
+    assert graded["printed"].count("each in a process forked from one that imported torch and the checks") == 2
+    assert "socket held data no request asked for" not in graded["printed"]
     assert "kernel died" in rows["kernel_killed_lab00_warmup.ipynb"]["notes"]
     assert "sys.exit" in rows["exit_in_answer_lab00_warmup.ipynb"]["notes"]
     assert "dropped" in rows["deleted_checks_sys_exit_huge_output_lab00_warmup.ipynb"]["notes"]
@@ -482,6 +485,23 @@ def test_exercise_metadata_of_lab_00():
     assert [(e.id, e.kind, e.points) for e in exercises] == [
         ("0.1", "warm-up", 1), ("0.2", "warm-up", 1), ("0.3", "debug", 2), ("0.4", "predict", 2)]
     assert exercises[3].memory_limit_mb == 256
+
+
+@pytest.mark.slow
+def test_without_the_fork_server_each_notebook_is_graded_in_a_process_of_its_own(tmp_path):
+    """COURSE_GRADE_FORKSERVER=0 (and any platform without pidfds) grades a folder in processes started afresh, as
+    before the fork server (review s11 K7: the only other multi-notebook runs go through the server)."""
+    import os
+
+    for name in ("a", "b"):
+        shutil.copy(LAB, tmp_path / f"{name}_lab00_warmup.ipynb")
+    done = subprocess.run([sys.executable, "-m", "utils.grade", str(tmp_path), "--jobs", "2", "--time-limit", "120",
+                           "--csv-dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COURSE_GRADE_FORKSERVER": "0"})
+    assert done.returncode == 0 and "each in a process started afresh" in done.stdout, done.stdout + done.stderr
+    with open(tmp_path / "out" / "lab00_warmup.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["total"] for r in rows] == ["0", "0"] and all("not attempted" in r["notes"] for r in rows)
 
 
 if __name__ == "__main__":

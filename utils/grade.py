@@ -56,7 +56,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
 from utils.checks.protocol import CHECK_MIME, READ_BY_HAND, REASONING_POINTS, STRICT_ENV, named_quantities
-from utils.forkserver import ForkServer
+from utils.forkserver import ForkServer, not_dumpable
 from utils.kernels import notebook_client_config, started_again
 from utils.labs import (
     HIDDEN_DIR,
@@ -746,25 +746,34 @@ def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir:
     the time limit by a minute (kernel start, cleanup). The score comes back through a pipe that only the child holds
     (its kernel and anything the kernel starts do not inherit it): a score file could be rewritten by a process the
     submission left running."""
-    read_fd, write_fd = os.pipe()
-    err_read, err_write = os.pipe()
     options = ["--labs", str(labs_dir), "--hidden", str(hidden_dir), "--time-limit", repr(time_limit_s)]
     child = None
-    try:
-        with _STARTING:
-            if server is not None:
-                with open(os.devnull, "wb") as null:
-                    child = server.spawn(["--one", str(path), "--result-fd", "@fd0", *options], stdout=null.fileno(),
-                                         stderr=err_write, pass_fds=(write_fd,))
-            if child is None:  # no server, or it has gone: a process of its own
-                env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
+    if server is not None:
+        read_fd, write_fd, err_read, err_write = *os.pipe(), *os.pipe()
+        try:
+            with _STARTING, open(os.devnull, "wb") as null:
+                child = server.spawn(["--one", str(path), "--result-fd", "@fd0", *options], stdout=null.fileno(),
+                                     stderr=err_write, pass_fds=(write_fd,))
+                if child is not None:
+                    _RUNNING.add(child.pid)
+        finally:
+            os.close(write_fd)
+            os.close(err_write)
+        if child is None:  # a child the failed server may have forked writes into pipes nobody reads (review s11 K2)
+            os.close(read_fd)
+            os.close(err_read)
+    if child is None:  # no server, or it has gone: a process of its own
+        read_fd, write_fd, err_read, err_write = *os.pipe(), *os.pipe()
+        env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
+        try:
+            with _STARTING:
                 child = _Started(subprocess.Popen(
                     [sys.executable, "-m", "utils.grade", "--one", str(path), "--result-fd", str(write_fd), *options],
                     env=env, stdout=subprocess.DEVNULL, stderr=err_write, pass_fds=(write_fd,), cwd=REPO_ROOT))
-            _RUNNING.add(child.pid)
-    finally:
-        os.close(write_fd)
-        os.close(err_write)
+                _RUNNING.add(child.pid)
+        finally:
+            os.close(write_fd)
+            os.close(err_write)
     received: list[bytes] = []
     stderr: list[bytes] = []
     readers = [threading.Thread(target=lambda: received.append(_read_all(read_fd)), daemon=True),
@@ -1184,7 +1193,8 @@ def main(argv: list[str] | None = None) -> int:
     stale = clear_previous(args.csv_dir)
     if stale:
         print(f"cleared {stale} file(s) of the previous run from {args.csv_dir}/ (use --csv-dir to keep runs apart)")
-    print(f"grading {len(paths)} notebook(s), {args.jobs} at a time, {args.time_limit:g} s each at most", flush=True)
+    print(f"grading {len(paths)} notebook(s), {args.jobs} at a time, {args.time_limit:g} s each at most", end="",
+          flush=True)
     started = time.monotonic()
     labs, hidden = args.labs.resolve(), args.hidden.resolve()
     roots = [REPO_ROOT / "utils", REPO_ROOT / "grading", labs, hidden]
@@ -1193,22 +1203,34 @@ def main(argv: list[str] | None = None) -> int:
     caches: dict[Path, tuple[int, int]] = {}
     _forged_caches(roots, caches)  # a cache planted before this run is deleted too
     adopted = _adopt_orphans()
+    not_dumpable()  # a submission's kernel cannot ptrace the grader or take its descriptors (review s11 K9)
     server = None if os.environ.get(FORKSERVER_ENV) == "0" or len(paths) < 2 else ForkServer.start(
         "utils.grade:main", GRADING_PRELOAD, env={k: v for k, v in os.environ.items() if k != STRICT_ENV},
         cwd=str(REPO_ROOT))
     if server is not None:
         _RUNNING.add(server.process.pid)  # not a leftover: `_stop_leftovers` spares it
+    print(", each in a process forked from one that imported torch and the checks" if server is not None else
+          ", each in a process started afresh", flush=True)
 
     def grade(path: Path) -> tuple[SubmissionScore, list[str]]:
         """The submission's score, and the trusted files found changed once it is done (put back): every submission
         graded meanwhile becomes a suspect."""
         with lock:
             running.add(path)
+        nonlocal server
         score = _grade_in_child(path.resolve(), labs, args.time_limit, hidden, server)
         with lock:
             if adopted:
                 _stop_leftovers()
             touched = _restore_trusted(files, roots) + _forged_caches(roots, caches)
+            if server is not None and not server.clean():  # data on its socket that no request asked for (K1)
+                print(f"{path.name}: the fork server's socket held data no request asked for, or the server died; "
+                      "the rest is graded in processes started afresh, and the notebooks graded meanwhile again",
+                      flush=True)
+                server.close()
+                _RUNNING.discard(server.process.pid)
+                server = None
+                suspects.update(running)
             if touched:
                 suspects.update(running)
             running.discard(path)
@@ -1227,6 +1249,8 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.close()
             _RUNNING.discard(server.process.pid)
+        if adopted:
+            _stop_leftovers()  # a grading child that outlived the server came to this process: reap it (review s11 K5)
     try:
         print("\n" + report(scores, args.csv_dir))
         write_gradescope(scores, args.csv_dir / "gradescope")
