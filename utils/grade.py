@@ -1215,9 +1215,9 @@ def main(argv: list[str] | None = None) -> int:
     def grade(path: Path) -> tuple[SubmissionScore, list[str]]:
         """The submission's score, and the trusted files found changed once it is done (put back): every submission
         graded meanwhile becomes a suspect."""
+        nonlocal server  # set to None once it cannot be trusted (review s11 K1)
         with lock:
             running.add(path)
-        nonlocal server
         score = _grade_in_child(path.resolve(), labs, args.time_limit, hidden, server)
         with lock:
             if adopted:
