@@ -746,34 +746,19 @@ def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir:
     the time limit by a minute (kernel start, cleanup). The score comes back through a pipe that only the child holds
     (its kernel and anything the kernel starts do not inherit it): a score file could be rewritten by a process the
     submission left running."""
-    options = ["--labs", str(labs_dir), "--hidden", str(hidden_dir), "--time-limit", repr(time_limit_s)]
-    child = None
+    args = ["--one", str(path), "--labs", str(labs_dir), "--hidden", str(hidden_dir),
+            "--time-limit", repr(time_limit_s)]
+    env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
+    started = None
     if server is not None:
-        read_fd, write_fd, err_read, err_write = *os.pipe(), *os.pipe()
-        try:
-            with _STARTING, open(os.devnull, "wb") as null:
-                child = server.spawn(["--one", str(path), "--result-fd", "@fd0", *options], stdout=null.fileno(),
-                                     stderr=err_write, pass_fds=(write_fd,))
-                if child is not None:
-                    _RUNNING.add(child.pid)
-        finally:
-            os.close(write_fd)
-            os.close(err_write)
-        if child is None:  # a child the failed server may have forked writes into pipes nobody reads (review s11 K2)
-            os.close(read_fd)
-            os.close(err_read)
-    if child is None:  # no server, or it has gone: a process of its own
-        read_fd, write_fd, err_read, err_write = *os.pipe(), *os.pipe()
-        env = {k: v for k, v in os.environ.items() if k != STRICT_ENV}
-        try:
-            with _STARTING:
-                child = _Started(subprocess.Popen(
-                    [sys.executable, "-m", "utils.grade", "--one", str(path), "--result-fd", str(write_fd), *options],
-                    env=env, stdout=subprocess.DEVNULL, stderr=err_write, pass_fds=(write_fd,), cwd=REPO_ROOT))
-                _RUNNING.add(child.pid)
-        finally:
-            os.close(write_fd)
-            os.close(err_write)
+        with open(os.devnull, "wb") as null:
+            started = _start_child(lambda result, err: server.spawn(
+                [*args, "--result-fd", "@fd0"], stdout=null.fileno(), stderr=err, pass_fds=(result,)))
+    if started is None:  # no server, or it has gone: a process of its own
+        started = _start_child(lambda result, err: _Started(subprocess.Popen(
+            [sys.executable, "-m", "utils.grade", *args, "--result-fd", str(result)], env=env,
+            stdout=subprocess.DEVNULL, stderr=err, pass_fds=(result,), cwd=REPO_ROOT)))
+    child, read_fd, err_read = started
     received: list[bytes] = []
     stderr: list[bytes] = []
     readers = [threading.Thread(target=lambda: received.append(_read_all(read_fd)), daemon=True),
@@ -797,6 +782,26 @@ def _grade_in_child(path: Path, labs_dir: Path, time_limit_s: float, hidden_dir:
     except (IndexError, ValueError, TypeError, KeyError):
         last = (b"".join(stderr).decode(errors="replace").strip().splitlines() or ["no message"])[-1][:300]
         return _zeroed(path, labs_dir, f"the grading process died before sending a score ({last})")
+
+
+def _start_child(start) -> tuple | None:
+    """(child, result pipe, stderr pipe) of `start(result_fd, stderr_fd)`, the child registered as running and the
+    pipes' write ends held by it alone; None, both pipes closed, where `start` gives no child (a failed fork server:
+    a child it may have forked writes into pipes nobody reads, review s11 K2)."""
+    read_fd, write_fd, err_read, err_write = *os.pipe(), *os.pipe()
+    child = None
+    try:
+        with _STARTING:
+            child = start(write_fd, err_write)
+            if child is not None:
+                _RUNNING.add(child.pid)
+    finally:
+        os.close(write_fd)
+        os.close(err_write)
+        if child is None:
+            os.close(read_fd)
+            os.close(err_read)
+    return None if child is None else (child, read_fd, err_read)
 
 
 class _Started:
