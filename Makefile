@@ -124,8 +124,9 @@ nbgrader-run:
 outputs: $(STAMP)
 	$(PY) -m utils.outputs $(if $(ONLY),--only $(ONLY))
 
-# The course as a static website (chapters with their committed outputs, glossary, claims, guides) in
-# build/book/html; see utils/book.py. .github/workflows/book.yml publishes it to GitHub Pages.
+# The course as a static website (chapters with their committed outputs, glossary, claims, guides, and the planner
+# page, which runs the ledger in the browser with Pyodide, fetched once from the npm registry and cached in
+# ~/.cache/gpu-memory-course) in build/book/html; see utils/book.py and utils/planner_page.py. .github/workflows/book.yml publishes it to GitHub Pages.
 # Built from the committed versions (HEAD) of notebooks/, docs/ and results/; WORKING_TREE=1 builds from the files
 # as they are (e.g. new outputs not yet committed).
 book: $(STAMP)

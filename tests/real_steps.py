@@ -1,6 +1,6 @@
 """Real training steps of small Hugging Face models and the course's GPT, metered from outside the ledger.
 
-The ledger (`utils.plan.memory_of`) promises an upper bound of a step's peak. This module runs the step for real
+The ledger (`utils.ledger.plan.memory_of`) promises an upper bound of a step's peak. This module runs the step for real
 on the CPU and meters its peak twice, by methods that share nothing with the ledger or the estimator's traces:
 - `StorageMeter`, a TorchDispatchMode that adds each new tensor storage's bytes when an operator creates it and
   subtracts them when the storage is freed (weakref.finalize), on top of the bytes alive when the step starts
@@ -26,8 +26,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from tests.simulated_gpu import HALF_MATMULS, half_matmul_in_fp32
-from utils.architectures import ArchitectureShape, from_hf_config
-from utils.plan import Choice, memory_of
+from utils.ledger.architectures import ArchitectureShape, from_hf_config
+from utils.ledger.plan import Choice, memory_of
 
 # Small models of each family the planner knows (Llama's from the issue: hidden 256, 4 layers, 8 heads, 2 KV heads,
 # SwiGLU 688, vocabulary 32,000); the same fields as the presets' config.json.
@@ -273,11 +273,11 @@ def measure(kind: str, regime: Regime, seq_len: int, seed: int = 0) -> dict[str,
 
 
 def measure_gpt(cfg: Any, regime: Regime, seed: int = 0) -> dict[str, Any]:
-    """`measure` for the course's GPT (utils.models.GPT), trained as `utils.plan.run_choice` trains it."""
+    """`measure` for the course's GPT (utils.models.GPT), trained as `utils.plan_runs.run_choice` trains it."""
     from functools import partial
 
-    from utils.estimate import shape_of
-    from utils.plan import _prepare
+    from utils.ledger.gpt import shape_of
+    from utils.plan_runs import _prepare
 
     c = regime.choice
     with mock.patch.object(torch.optim, "AdamW", partial(torch.optim.AdamW, foreach=True)):  # the CUDA default

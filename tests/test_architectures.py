@@ -1,12 +1,13 @@
 """Real architectures (issue 25): published configs give published parameter counts, a transformers model built
-on the meta device from each config agrees, and the analytic step (utils.architectures) agrees with the traced
+on the meta device from each config agrees, and the analytic step (utils.ledger.architectures) agrees with the traced
 estimator (utils.estimate.estimate_memory) on small models of each family."""
 
 import pytest
 import torch
 from torch import nn
 
-from utils.architectures import (
+from utils.estimate import estimate_memory, hf_model_on_meta
+from utils.ledger.architectures import (
     ARCHITECTURES,
     HF_CONFIGS,
     PUBLISHED_PARAMS,
@@ -15,12 +16,10 @@ from utils.architectures import (
     activation_bytes,
     architecture_memory,
     from_hf_config,
-    hf_model_on_meta,
     logits_bytes,
     lora_parameters_of,
     shape_of_model,
 )
-from utils.estimate import estimate_memory
 from utils.measure import SavedTensorCounter
 
 

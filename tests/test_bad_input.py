@@ -74,10 +74,8 @@ class Entry:
 def _entries() -> dict[str, Entry]:
     from utils import (
         amp_trace,
-        architectures,
         bitview,
         book,
-        budget,
         chapters,
         chunked_loss,
         distributed,
@@ -92,19 +90,19 @@ def _entries() -> dict[str, Entry]:
         kernels,
         lab_contents,
         lab_server,
+        lab_sessions,
         labs,
         measure,
         models,
         navigation,
         oom,
         outputs,
-        parallel,
-        plan,
+        plan_runs,
+        planner_page,
         plots,
         profiling,
         published_peaks,
         results,
-        setups,
         sizes,
         tables,
         time_model,
@@ -117,6 +115,7 @@ def _entries() -> dict[str, Entry]:
     )
     from utils.experiment_sizes import ch05 as sizes_ch05
     from utils.experiment_sizes import ch06 as sizes_ch06
+    from utils.ledger import architectures, budget, gpt, parallel, plan, report, setups
     from utils.verdicts import ch02 as verdicts_ch02
 
     def _prof() -> Any:
@@ -142,7 +141,7 @@ def _entries() -> dict[str, Entry]:
     def matmul() -> torch.Tensor:
         return torch.ones(2, 2) @ torch.ones(2, 2)
 
-    shape = estimate.TransformerShape(n_layer=2, d_model=64, n_head=4, seq_len=32, vocab_size=128)
+    shape = gpt.TransformerShape(n_layer=2, d_model=64, n_head=4, seq_len=32, vocab_size=128)
     precisions, optimizers = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"}, {"sgd", "sgd-momentum", "adam", "adamw"}
 
     def model() -> torch.nn.Module:
@@ -211,8 +210,9 @@ def _entries() -> dict[str, Entry]:
                                                                                "my_labs_dir": "path"},
                                             run_valid=False),
         "utils.lab_server.environment": Entry(lab_server.environment, lambda: {"base": {}}, {"base": _NOT_A_LIST}),
-        "utils.lab_server.open_sessions": Entry(lab_server.open_sessions, lambda: {"path": "x.ipynb", "servers": []},
-                                                {"path": "path", "servers": _NOT_A_LIST}),
+        "utils.lab_sessions.open_sessions": Entry(lab_sessions.open_sessions,
+                                                  lambda: {"path": "x.ipynb", "servers": []},
+                                                  {"path": "path", "servers": _NOT_A_LIST}),
         "utils.lab_server.reset_lab": Entry(lab_server.reset_lab, lambda: {"number": "06"},
                                             {"number": st.one_of(st.just("6"), st.just("x6"), st.integers(),
                                                                  st.just("99"))}, run_valid=False),
@@ -239,15 +239,15 @@ def _entries() -> dict[str, Entry]:
             estimate.estimate_memory, lambda: {"model": models.mlp(8, 16, 4, 1), "example_inputs": torch.randn(2, 8)},
             {"model": "module", "optimizer": _choice(optimizers), "precision": _choice(precisions),
              "checkpointing": "flag"}),
-        "utils.estimate.transformer_memory": Entry(
-            estimate.transformer_memory, lambda: {"shape": shape, "batch": 2},
+        "utils.ledger.gpt.transformer_memory": Entry(
+            gpt.transformer_memory, lambda: {"shape": shape, "batch": 2},
             {"shape": "module", "batch": "count", "optimizer": _choice(optimizers), "precision": _choice(precisions),
              "checkpointing": "flag", "attention": _choice({"sdpa", "eager"})}),
-        "utils.estimate.transformer_activation_bytes": Entry(
-            estimate.transformer_activation_bytes, lambda: {"shape": shape, "batch": 2},
+        "utils.ledger.gpt.transformer_activation_bytes": Entry(
+            gpt.transformer_activation_bytes, lambda: {"shape": shape, "batch": 2},
             {"shape": "module", "batch": "count", "precision": _choice(precisions), "checkpointing": "flag"}),
-        "utils.estimate.will_it_fit": Entry(
-            estimate.will_it_fit, lambda: {"model": shape, "batch": 1, "seq_len": 32},
+        "utils.ledger.plan.will_it_fit": Entry(
+            plan.will_it_fit, lambda: {"model": shape, "batch": 1, "seq_len": 32},
             {"model": st.one_of(st.none(), st.integers(), st.just("no-such-model")), "batch": "count",
              "seq_len": "count", "precision": _choice(precisions), "optimizer": _choice(optimizers),
              "checkpointing": "flag"}),
@@ -255,29 +255,30 @@ def _entries() -> dict[str, Entry]:
                                             {"precision": _choice(precisions)}),
         "utils.estimate.autocast_dtype": Entry(estimate.autocast_dtype, lambda: {"precision": "bf16"},
                                                {"precision": _choice(precisions)}),
-        "utils.estimate.state_bytes_per_element": Entry(
-            estimate.state_bytes_per_element, lambda: {"optimizer": "adamw", "precision": "fp32"},
+        "utils.ledger.gpt.state_bytes_per_element": Entry(
+            gpt.state_bytes_per_element, lambda: {"optimizer": "adamw", "precision": "fp32"},
             {"optimizer": _choice(optimizers), "precision": _choice(precisions)}),
-        "utils.estimate.shape_of": Entry(estimate.shape_of, lambda: {"cfg": models.GPTConfig()}, {"cfg": "module"}),
-        "utils.estimate.TransformerShape": Entry(
-            estimate.TransformerShape, lambda: {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 8,
+        "utils.ledger.gpt.shape_of": Entry(gpt.shape_of, lambda: {"cfg": models.GPTConfig()}, {"cfg": "module"}),
+        "utils.ledger.gpt.TransformerShape": Entry(
+            gpt.TransformerShape, lambda: {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 8,
                                                 "vocab_size": 16},
             {"n_layer": "count", "d_model": "count", "n_head": "count", "seq_len": "count", "vocab_size": "count"}),
-        "utils.plan.Choice": Entry(plan.Choice, lambda: {},
+        "utils.ledger.plan.Choice": Entry(plan.Choice, lambda: {},
                                    {"checkpointing": "flag", "micro_batch": "count", "accumulation": "count",
                                     "lora_rank": "index", "precision": _choice({"fp32", "bf16-mixed", "bf16"}),
                                     "offload_optimizer": "flag", "n_gpus": "count", "tensor_parallel": "count",
                                     "pipeline_stages": "count", "pipeline_chunks": "count",
                                     "sequence_parallel": "flag",
                                     "setup": st.one_of(st.integers(), st.just("frozen bf16 base"), st.just("nope"))}),
-        "utils.plan.plan": Entry(plan.plan, lambda: {"shape": shape, "budget_bytes": 2**30, "effective_batch": 8},
+        "utils.ledger.plan.plan": Entry(plan.plan, lambda: {"shape": shape, "budget_bytes": 2**30,
+                                                         "effective_batch": 8},
                                  {"shape": "module", "budget_bytes": "count", "effective_batch": "count",
                                   "n_gpus": "count", "lora_rank": "count", "allow_lora": "flag"}),
-        "utils.plan.lora_parameters": Entry(plan.lora_parameters, lambda: {"shape": shape, "rank": 4},
+        "utils.ledger.plan.lora_parameters": Entry(plan.lora_parameters, lambda: {"shape": shape, "rank": 4},
                                             {"shape": "module", "rank": "count", "fused_qkv": "flag"}),
-        "utils.plan.memory_of": Entry(plan.memory_of, lambda: {"shape": shape, "choice": plan.Choice()},
+        "utils.ledger.plan.memory_of": Entry(plan.memory_of, lambda: {"shape": shape, "choice": plan.Choice()},
                                       {"shape": "module", "choice": "module"}),
-        "utils.architectures.traced_memory": Entry(architectures.traced_memory, lambda: {
+        "utils.estimate.traced_memory": Entry(estimate.traced_memory, lambda: {
             "config": architectures.HF_CONFIGS["Llama-3-8B"] | {"num_hidden_layers": 2, "hidden_size": 64,
                                                                 "num_attention_heads": 4, "num_key_value_heads": 2,
                                                                 "intermediate_size": 128, "vocab_size": 256},
@@ -285,20 +286,20 @@ def _entries() -> dict[str, Entry]:
                                          "checkpointing": "flag"}),
         "utils.chapters.support_by_device": Entry(chapters.support_by_device, lambda: {"width": 100},
                                                   {"width": "count"}),
-        "utils.plan.step_moments": Entry(plan.step_moments, lambda: {"shape": shape, "choice": plan.Choice()},
+        "utils.ledger.plan.step_moments": Entry(plan.step_moments, lambda: {"shape": shape, "choice": plan.Choice()},
                                          {"shape": "module", "choice": "module"}),
-        "utils.plan.peak_moment": Entry(plan.peak_moment, lambda: {"shape": shape, "choice": plan.Choice()},
+        "utils.ledger.plan.peak_moment": Entry(plan.peak_moment, lambda: {"shape": shape, "choice": plan.Choice()},
                                         {"shape": "module", "choice": "module"}),
-        "utils.plan.line_maxima": Entry(plan.line_maxima, lambda: {"shape": shape, "choice": plan.Choice()},
+        "utils.ledger.plan.line_maxima": Entry(plan.line_maxima, lambda: {"shape": shape, "choice": plan.Choice()},
                                         {"shape": "module", "choice": "module"}),
-        "utils.plan.parameter_tensor_sizes": Entry(plan.parameter_tensor_sizes,
+        "utils.ledger.plan.parameter_tensor_sizes": Entry(plan.parameter_tensor_sizes,
                                                    lambda: {"shape": shape, "choice": plan.Choice()},
                                                    {"shape": "module", "choice": "module"}),
-        "utils.plan.optimizer_state_overhead": Entry(plan.optimizer_state_overhead,
+        "utils.ledger.plan.optimizer_state_overhead": Entry(plan.optimizer_state_overhead,
                                                      lambda: {"shape": shape, "choice": plan.Choice(),
                                                               "state_per_param": 8.0},
                                                      {"shape": "module", "choice": "module"}),
-        "utils.estimate.sdpa_attention": Entry(estimate.sdpa_attention,
+        "utils.ledger.gpt.sdpa_attention": Entry(gpt.sdpa_attention,
                                                lambda: {"precision": "bf16", "capability": (7, 5)},
                                                {"precision": _choice(precisions),
                                                 "capability": st.one_of(st.just("7.5"), st.just((7,)))}),
@@ -310,25 +311,25 @@ def _entries() -> dict[str, Entry]:
                                                        lambda: {"rows": published_peaks.ROWS[:1]},
                                                        {"rows": st.one_of(st.just("ab"), st.integers(), st.just([]),
                                                                           st.just([None]))}),
-        "utils.plan.state_share": Entry(plan.state_share, lambda: {"shape": shape, "choice": plan.Choice(
+        "utils.ledger.plan.state_share": Entry(plan.state_share, lambda: {"shape": shape, "choice": plan.Choice(
             tensor_parallel=2)}, {"shape": "module", "choice": "module"}),
-        "utils.plan.replicated_layer_bytes": Entry(plan.replicated_layer_bytes,
+        "utils.ledger.plan.replicated_layer_bytes": Entry(plan.replicated_layer_bytes,
                                                    lambda: {"shape": shape, "micro_batch": 2, "precision": "bf16"},
                                                    {"shape": "module", "micro_batch": "count",
                                                     "precision": _choice({"fp32", "bf16-mixed", "bf16"})}),
-        "utils.plan.model_parallel_terms": Entry(
+        "utils.ledger.plan.model_parallel_terms": Entry(
             plan.model_parallel_terms,
             lambda: {"shape": shape, "choice": plan.Choice(tensor_parallel=2),
                      "parts": plan.memory_of(shape, plan.Choice())},
             {"shape": "module", "choice": "module", "parts": st.one_of(st.none(), st.integers(), st.just([1]))}),
-        "utils.plan.zero_bytes_per_gpu": Entry(plan.zero_bytes_per_gpu,
+        "utils.ledger.plan.zero_bytes_per_gpu": Entry(plan.zero_bytes_per_gpu,
                                                lambda: {"n_params": 10**6, "stage": 1, "n_gpus": 8},
                                                {"n_params": "count", "stage": st.one_of(_not_int, st.integers(4, 99),
                                                                                         st.integers(max_value=-1)),
                                                 "n_gpus": "count"}),
-        "utils.plan.usable_budget": Entry(plan.usable_budget, lambda: {"reported_bytes": 24 * 2**30},
+        "utils.ledger.plan.usable_budget": Entry(plan.usable_budget, lambda: {"reported_bytes": 24 * 2**30},
                                           {"reported_bytes": "count", "fragmentation": "fraction"}),
-        "utils.plan.costs": Entry(plan.costs, lambda: {"shape": shape, "choice": plan.Choice()},
+        "utils.ledger.plan.costs": Entry(plan.costs, lambda: {"shape": shape, "choice": plan.Choice()},
                                   {"shape": "module", "choice": "module", "pcie_gb_per_s": "positive"}),
         "utils.profiling.census_growth": Entry(profiling.census_growth,
                                                lambda: {"before": Counter(), "after": Counter()},  # empty censuses
@@ -368,17 +369,19 @@ def _entries() -> dict[str, Entry]:
         "utils.estimate.make_optimizer": Entry(estimate.make_optimizer,
                                                lambda: {"optimizer": "adamw", "params": model().parameters()},
                                                {"optimizer": _choice(optimizers), "lr": "positive"}),
-        "utils.plan.activation_terms": Entry(plan.activation_terms,
+        "utils.ledger.plan.activation_terms": Entry(plan.activation_terms,
                                              lambda: {"shape": shape, "micro_batch": 1, "regime": "fp32",
                                                       "checkpointing": False},
                                              {"shape": "module", "micro_batch": "count", "checkpointing": "flag",
                                               "regime": _choice({"fp32", "bf16-mixed", "bf16"})}),
-        "utils.plan.optimizer_state_bytes_per_param": Entry(plan.optimizer_state_bytes_per_param,
+        "utils.ledger.plan.optimizer_state_bytes_per_param": Entry(plan.optimizer_state_bytes_per_param,
                                                             lambda: {"optimizer": "adamw"},
                                                             {"optimizer": _choice({"adamw", "adamw8bit",
                                                                                    "adamw4bit"})}),
-        "utils.plan.block_parameters": Entry(plan.block_parameters, lambda: {"shape": shape}, {"shape": "module"}),
-        "utils.plan.run_choice": Entry(plan.run_choice, lambda: {"cfg": models.GPTConfig(), "choice": plan.Choice()},
+        "utils.ledger.plan.block_parameters": Entry(plan.block_parameters, lambda: {"shape": shape},
+                                                     {"shape": "module"}),
+        "utils.plan_runs.run_choice": Entry(plan_runs.run_choice, lambda: {"cfg": models.GPTConfig(),
+                                                                           "choice": plan.Choice()},
                                        {"choice": "module", "steps": "count"}, run_valid=False),
         "utils.measure.owned_state_bytes": Entry(measure.owned_state_bytes, lambda: {"model": model()},
                                                  {"model": "module"}),
@@ -506,62 +509,62 @@ def _entries() -> dict[str, Entry]:
                                                       lambda: {"chapter": "notebooks/05_gradient_checkpointing.ipynb"},
                                                       {"chapter": st.one_of(st.none(), st.integers(),
                                                                             st.just("nope.ipynb"))}),
-        "utils.budget.usable_budget": Entry(budget.usable_budget, lambda: {"reported_bytes": 24 * 2**30},
+        "utils.ledger.budget.usable_budget": Entry(budget.usable_budget, lambda: {"reported_bytes": 24 * 2**30},
                                             {"reported_bytes": "count", "context_bytes": "index",
                                              "workspace_bytes": "index", "fragmentation": "fraction"}),
-        "utils.budget.reported_bytes": Entry(budget.reported_bytes, lambda: {"gpu": "A10G"},
+        "utils.ledger.budget.reported_bytes": Entry(budget.reported_bytes, lambda: {"gpu": "A10G"},
                                              {"gpu": st.one_of(st.none(), st.integers(), st.just("GTX 480"))}),
-        "utils.budget.gpu_budget": Entry(budget.gpu_budget, lambda: {"gpu": "A10G"},
+        "utils.ledger.budget.gpu_budget": Entry(budget.gpu_budget, lambda: {"gpu": "A10G"},
                                          {"gpu": st.one_of(st.none(), st.integers(), st.just("GTX 480"))}),
-        "utils.parallel.layer_activation_bytes": Entry(
+        "utils.ledger.parallel.layer_activation_bytes": Entry(
             parallel.layer_activation_bytes, lambda: {"s": 2048, "b": 1, "h": 12288, "a": 96, "t": 8},
             {"s": "count", "b": "count", "h": "count", "a": "count", "t": "count", "sequence_parallel": "flag",
              "recompute": _choice({"none", "selective", "full"})}),
-        "utils.parallel.pipeline_layers_held": Entry(parallel.pipeline_layers_held,
+        "utils.ledger.parallel.pipeline_layers_held": Entry(parallel.pipeline_layers_held,
                                                      lambda: {"n_layer": 96, "stages": 8},
                                                      {"n_layer": "count", "stages": "count", "chunks": "count",
                                                       "schedule": _choice({"1f1b", "interleaved"})}),
-        "utils.parallel.activation_bytes_per_gpu": Entry(
+        "utils.ledger.parallel.activation_bytes_per_gpu": Entry(
             parallel.activation_bytes_per_gpu, lambda: {"s": 2048, "b": 1, "h": 12288, "a": 96, "n_layer": 96, "t": 8,
                                                         "p": 8},
             {"s": "count", "b": "count", "h": "count", "a": "count", "n_layer": "count", "t": "count", "p": "count",
              "sequence_parallel": "flag", "recompute": _choice({"none", "selective", "full"}), "chunks": "count"}),
-        "utils.parallel.fraction_of_tensor_parallel": Entry(
+        "utils.ledger.parallel.fraction_of_tensor_parallel": Entry(
             parallel.fraction_of_tensor_parallel, lambda: {"s": 2048, "b": 1, "h": 12288, "a": 96, "t": 8},
             {"s": "count", "b": "count", "h": "count", "a": "count", "t": "count"}),
-        "utils.parallel.iteration_flops": Entry(
+        "utils.ledger.parallel.iteration_flops": Entry(
             parallel.iteration_flops, lambda: {"batch": 64, "n_layer": 96, "s": 2048, "h": 12288, "vocab": 51200},
             {"batch": "count", "n_layer": "count", "s": "count", "h": "count", "vocab": "count",
              "recompute": _choice({"none", "selective", "full"})}),
-        "utils.parallel.flops_utilization": Entry(
+        "utils.ledger.parallel.flops_utilization": Entry(
             parallel.flops_utilization, lambda: {"flops": 1e18, "seconds": 13.75, "gpus": 64,
                                                  "peak_flops_per_gpu": 312e12},
             {"flops": "positive", "seconds": "positive", "gpus": "count", "peak_flops_per_gpu": "positive"}),
-        "utils.architectures.from_hf_config": Entry(architectures.from_hf_config,
+        "utils.ledger.architectures.from_hf_config": Entry(architectures.from_hf_config,
                                                     lambda: {"config": architectures.HF_CONFIGS["Llama-3-8B"]},
                                                     {"config": st.one_of(st.none(), st.integers(), st.just({}))}),
-        "utils.architectures.parameter_tensors": Entry(architectures.parameter_tensors,
+        "utils.ledger.architectures.parameter_tensors": Entry(architectures.parameter_tensors,
                                                        lambda: {"arch": architectures.ARCHITECTURES["Llama-3-8B"]},
                                                        {"arch": "module"}),
-        "utils.architectures.activation_bytes": Entry(
+        "utils.ledger.architectures.activation_bytes": Entry(
             architectures.activation_bytes, lambda: {"arch": architectures.ARCHITECTURES["Llama-3-8B"], "batch": 1,
                                                      "seq_len": 512},
             {"arch": "module", "batch": "count", "seq_len": "count",
              "precision": _choice({"fp32", "bf16", "bf16-mixed"}, optional=True), "checkpointing": "flag"}),
-        "utils.architectures.lora_parameters_of": Entry(
+        "utils.ledger.architectures.lora_parameters_of": Entry(
             architectures.lora_parameters_of, lambda: {"arch": architectures.ARCHITECTURES["Llama-3-8B"], "rank": 16},
             {"arch": "module", "rank": "count", "targets": _choice({"attention", "attention+mlp"}, optional=True)}),
-        "utils.architectures.shape_of_model": Entry(
+        "utils.ledger.architectures.shape_of_model": Entry(
             architectures.shape_of_model, lambda: {"name": "Llama-3-8B", "seq_len": 4096},
             {"name": _choice(set(architectures.ARCHITECTURES))}),
-        "utils.architectures.architecture_memory": Entry(
+        "utils.ledger.architectures.architecture_memory": Entry(
             architectures.architecture_memory, lambda: {"arch": architectures.ARCHITECTURES["Llama-3-8B"],
                                                         "batch": 1, "seq_len": 512},
             {"arch": "module", "batch": "count", "seq_len": "count"}),
-        "utils.architectures.logits_bytes": Entry(architectures.logits_bytes,
+        "utils.ledger.architectures.logits_bytes": Entry(architectures.logits_bytes,
                                                   lambda: {"tokens": 8192, "vocab_size": 128256},
                                                   {"tokens": "count", "vocab_size": "count"}),
-        "utils.architectures.hf_model_on_meta": Entry(architectures.hf_model_on_meta,
+        "utils.estimate.hf_model_on_meta": Entry(estimate.hf_model_on_meta,
                                                       lambda: {"arch_or_config": architectures.HF_CONFIGS["Llama-3-8B"],
                                                                "num_hidden_layers": 1},
                                                       {"arch_or_config": st.one_of(st.none(), st.integers())},
@@ -580,23 +583,34 @@ def _entries() -> dict[str, Entry]:
         "utils.chunked_loss.logits_saved_bytes": Entry(chunked_loss.logits_saved_bytes,
                                                        lambda: {"tokens": 512, "vocab_size": 2000},
                                                        {"tokens": "count", "vocab_size": "count"}),
-        "utils.setups.model_state_bytes": Entry(setups.model_state_bytes,
+        "utils.ledger.setups.model_state_bytes": Entry(setups.model_state_bytes,
                                                 lambda: {"n_params": 10**9, "setup": "deepspeed zero-2 bf16"},
                                                 {"n_params": "count", "n_gpus": "count", "sharded": "flag",
                                                  "paged": "flag", "setup": st.one_of(st.none(), st.integers(),
                                                                                      st.just("nope"))}),
-        "utils.setups.setup_lines": Entry(setups.setup_lines, lambda: {"setup": "deepspeed zero-2 bf16"},
+        "utils.ledger.setups.setup_lines": Entry(setups.setup_lines, lambda: {"setup": "deepspeed zero-2 bf16"},
                                           {"setup": st.one_of(st.none(), st.integers(), st.just("nope"))}),
-        "utils.setups.activation_offload_bytes": Entry(setups.activation_offload_bytes,
+        "utils.ledger.setups.activation_offload_bytes": Entry(setups.activation_offload_bytes,
                                                        lambda: {"per_layer_bytes": 100, "n_layer": 32,
                                                                 "offload": True},
                                                        {"per_layer_bytes": "count", "n_layer": "count",
                                                         "offload": "flag"}),
-        "utils.plan.plan_figure": Entry(plan.plan_figure, lambda: {"p": plan.plan(shape, 2**30, 8)},
+        "utils.plan_runs.plan_figure": Entry(plan_runs.plan_figure, lambda: {"p": plan.plan(shape, 2**30, 8)},
                                         {"p": st.one_of(st.none(), st.integers(), st.text(max_size=2))},
                                         run_valid=False),
-        "utils.plan.costs_table": Entry(plan.costs_table, lambda: {"shape": shape, "choice": plan.Choice()},
+        "utils.ledger.plan.costs_table": Entry(plan.costs_table, lambda: {"shape": shape, "choice": plan.Choice()},
                                         {"shape": "module", "choice": "module", "pcie_gb_per_s": "positive"}),
+        "utils.ledger.plan.figure_bars": Entry(plan.figure_bars, lambda: {"p": plan.plan(shape, 2**30, 8)},
+                                               {"p": "module"}),
+        "utils.ledger.report.plan_report": Entry(
+            report.plan_report, lambda: {"model": "Llama-3-8B", "seq_len": 4096, "gpu": "A10G (24 GB)",
+                                         "effective_batch": 32, "host_gib": 128, "allow_offload": True,
+                                         "allow_lora": True, "chunked_loss": True},
+            {"model": _choice(set(report.MODELS)), "seq_len": "count", "gpu": _choice(set(budget.REPORTED_GIB)),
+             "effective_batch": "count", "host_gib": "count", "allow_offload": "flag", "allow_lora": "flag",
+             "chunked_loss": "flag", "n_gpus": "count", "config": _NOT_A_STR}),
+        "utils.planner_page.ledger_bundle": Entry(planner_page.ledger_bundle, lambda: {}, {"root": "path"}),
+        "utils.planner_page.write": Entry(planner_page.write, lambda: {}, {"src": "path"}, run_valid=False),
         "utils.workshop.write": Entry(workshop.write, lambda: {}, {"doc": "path"}, run_valid=False),
         "utils.workshop.is_current": Entry(workshop.is_current, lambda: {}, {"doc": "path"}),
         "utils.results.read_run": Entry(results.read_run, lambda: {"path": "no-such-run.json"},
@@ -609,9 +623,10 @@ def _entries() -> dict[str, Entry]:
                                                   {"tier": st.one_of(st.integers().filter(lambda t: t not in
                                                                                           sizes.TIERS), _junk),
                                                    "total_bytes": "count"}),
-        "utils.plan.host_memory_of": Entry(plan.host_memory_of, lambda: {"shape": shape, "choice": plan.Choice()},
+        "utils.ledger.plan.host_memory_of": Entry(plan.host_memory_of, lambda: {"shape": shape,
+                                                                                "choice": plan.Choice()},
                                            {"shape": "module", "choice": "module"}),
-        "utils.plan.time_choice": Entry(plan.time_choice,
+        "utils.plan_runs.time_choice": Entry(plan_runs.time_choice,
                                         lambda: {"cfg": models.GPTConfig(n_layer=1, d_model=32, n_head=2, seq_len=16,
                                                                          vocab_size=64), "choice": plan.Choice()},
                                         {"cfg": "module", "choice": "module", "warmup": "index", "repeats": "count",
@@ -706,6 +721,9 @@ EXEMPT: dict[str, str] = {
     "utils.book.main": "command: tests/test_book.py builds the site through it",
     "utils.navigation.main": "command: checks or applies the closing links (tests/test_navigation.py)",
     "utils.navigation.problems": "takes no arguments",
+    "utils.ledger.report.page_options": "takes no arguments",
+    "utils.planner_page.cache_dir": "takes no arguments",
+    "utils.planner_page.pyodide_tarball": "takes no arguments (tests/test_book.py builds the site through it)",
     "utils.navigation.apply": "rewrites a chapter it is given by the command, which lists the chapters itself",
     "utils.workshop.main": "command: rewrites or checks docs/workshop.md (tests/test_workshop.py)",
     "utils.workshop.minutes_rows": "takes no arguments",
@@ -727,7 +745,7 @@ EXEMPT: dict[str, str] = {
         "utils.glossary.terms", "utils.results.load_claims", "utils.hosted.repository_url", "utils.hosted.chapters",
         "utils.quiet.import_torchao", "utils.quiet.install_filters", "utils.quiet.native_stderr_silenced",
         "utils.distributed.cpu_mesh", "utils.time_model.time_table", "utils.gpu_check.no_gpu_line",
-        "utils.plan.host_ram_bytes", "utils.forkserver.not_dumpable",
+        "utils.ledger.plan.host_ram_bytes", "utils.forkserver.not_dumpable",
         "utils.verdicts.all_judges",
         "utils.gpu_check.chapter_notebooks", "utils.kernels.notebook_client_config")},
     **{n: "parses tool or file output: returns a value meaning 'unknown' for anything unparsable, by design "
@@ -759,7 +777,7 @@ EXEMPT: dict[str, str] = {
     **{f"utils.experiment_sizes.ch{n}.gpt_config": "the chapter's model config for a size; the size goes through "
                                                    "utils.sizes.pick, which rejects bad sizes by name"
        for n in ("01", "03", "04", "07", "08")},
-    "utils.plan.make_optimizer": "builds torchao optimizers for run_choice, which validates its Choice first",
+    "utils.plan_runs.make_optimizer": "builds torchao optimizers for run_choice, which validates its Choice first",
     "utils.results.recording_enabled": "reads COURSE_RECORD and rejects bad values by name "
                                        "(test_results_tables_widgets)",
 }

@@ -3,6 +3,7 @@ executed), and a chapter page opened in headless Chromium shows rendered outputs
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -206,3 +207,125 @@ def test_make_book_builds_the_committed_versions_and_says_what_it_left_out(tmp_p
     index, said = book.build(tmp_path / "site", working_tree=True)
     assert "uncommitted-words" in (index.parent / "notebooks" / "00_x.html").read_text()
     assert "working copy" in said
+
+
+# Chapter 09's panel and the planner page, on the same inputs: (model, tokens, GPU, batch, host GiB, offload, LoRA,
+# chunked loss). The panel's first picture, a GPT stand-in, a 70B model on one GPU, no technique allowed but the
+# cheap ones, a T4 (math attention below compute capability 8.0), and a host too small for offload.
+PANEL_CASES = [
+    ("Llama-3-8B", 4096, "A10G (24 GB)", 32, 128, True, True, True),
+    ("GPT 1.3B (stand-in)", 2048, "H100 (80 GB)", 64, 256, True, True, False),
+    ("Llama-2-70B", 4096, "A100 (80 GB)", 16, 1024, True, True, True),
+    ("Mistral-7B", 8192, "L4 (24 GB)", 8, 64, False, False, True),
+    ("Qwen2.5-7B", 1024, "T4 (16 GB)", 4, 32, True, True, False),
+    ("Mixtral-8x7B", 2048, "H200 (141 GB)", 128, 512, False, True, True),
+]
+CONTROLS = ("model", "seq_len", "gpu", "effective_batch", "host_gib", "allow_offload", "allow_lora", "chunked_loss")
+
+
+def _panel_lines(case: tuple) -> tuple[list[str], list[list[str]]]:
+    """What chapter 09's panel function prints for `case` (its lines, and its costs table's rows), run from the
+    notebook beside the packaged ledger."""
+    import contextlib
+    import io
+
+    from notebook_lessons import exec_lesson
+
+    from utils.ledger.architectures import ARCHITECTURES, shape_of_model
+    from utils.ledger.budget import CAPABILITY
+    from utils.ledger.gpt import PRESETS
+    from utils.ledger.plan import GIB, REPORTED_GIB, costs_table, plan, usable_budget
+
+    table: list[list[list[str]]] = []
+    namespace = exec_lesson(ROOT / "notebooks" / "09_capstone_fit_a_model.ipynb", ("model_shape", "plan_report"), {
+        "plan": plan, "PRESETS": PRESETS, "ARCHITECTURES": ARCHITECTURES, "GPU_CAPABILITY": CAPABILITY,
+        "shape_of_model": shape_of_model, "usable_budget": usable_budget, "REPORTED_GIB": REPORTED_GIB, "GIB": GIB,
+        "costs_table": costs_table, "plan_figure": lambda p, title: None,
+        "show_table": lambda rows, headers: table.append(rows)})
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        namespace["plan_report"](*case)
+    return printed.getvalue().splitlines(), table[0]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_planner_page_gives_the_panels_numbers_offline(site: Path) -> None:
+    """Issue 38: the planner page runs the torch-free ledger in the browser (Pyodide, served by the site itself):
+    with every request to another host refused, it starts, and for six inputs it prints chapter 09's panel's lines
+    and costs, draws one bar per step, and plans what the panel has no control for (8 GPUs, a pasted config)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Debian's Chromium is not at {CHROMIUM}")
+        pytest.skip(f"Debian's Chromium is not at {CHROMIUM}")
+    from playwright.sync_api import sync_playwright
+
+    from utils.ledger.architectures import HF_CONFIGS
+    from utils.ledger.report import plan_report
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(site)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base, refused = f"http://127.0.0.1:{port}", []
+    try:
+        for _ in range(50):
+            try:
+                urllib.request.urlopen(base, timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
+                          else (refused.append(route.request.url), route.abort()))
+            page = context.new_page()
+            count = "Number(document.getElementById('planner-app').dataset.rendered)"
+
+            def plan_shown(before: int) -> dict:
+                """The page's output once it has drawn a plan since its count of plans drawn was `before`."""
+                page.wait_for_function(f"{count} > {before}", timeout=90_000)
+                rows = page.eval_on_selector_all("#planner-costs tr", "rows => rows.slice(1).map(r => "
+                                                 "[...r.children].map(c => c.textContent))")
+                return {"lines": page.inner_text("#planner-lines").splitlines(), "rows": rows,
+                        "bars": page.eval_on_selector_all("#planner-chart svg > rect", "r => r.length"),
+                        "status": page.inner_text("#planner-status")}
+
+            try:
+                page.goto(f"{base}/docs/planner.html")
+                shown = plan_shown(0)  # the first picture, before any control is touched: the panel's defaults
+                for case in PANEL_CASES:
+                    if case != PANEL_CASES[0]:
+                        before = page.evaluate(count)
+                        for name, value in zip(CONTROLS, case, strict=True):
+                            if isinstance(value, bool):
+                                page.set_checked(f"input[name={name}]", value)
+                            else:
+                                page.select_option(f"select[name={name}]", str(value))
+                        page.dispatch_event("#planner-form", "change")
+                        shown = plan_shown(before)
+                    lines, rows = _panel_lines(case)
+                    assert shown["lines"] == lines, case
+                    assert shown["rows"] == rows, case
+                    assert shown["bars"] > 0 and not shown["status"], case
+                page.screenshot(path=str(ARTIFACTS / "book_planner.png"), full_page=True)
+                # what the panel has no control for, against the packaged report the page runs
+                before = page.evaluate(count)
+                page.select_option("select[name=n_gpus]", "8")
+                assert plan_shown(before)["lines"] == plan_report(*PANEL_CASES[-1], n_gpus=8)["lines"]
+                config = json.dumps(HF_CONFIGS["Llama-3-8B"] | {"num_hidden_layers": 16})
+                page.click("#planner-form summary")  # the config's box is folded under the controls
+                before = page.evaluate(count)
+                page.fill("textarea[name=config]", config)
+                page.dispatch_event("#planner-form", "change")
+                assert plan_shown(before)["lines"] == plan_report(*PANEL_CASES[-1], n_gpus=8, config=config)["lines"]
+                before = page.evaluate(count)
+                page.fill("textarea[name=config]", "{not json")
+                page.dispatch_event("#planner-form", "change")
+                assert "config is not JSON" in plan_shown(before)["status"]
+            finally:
+                browser.close()
+    finally:
+        stop_group(server)
+    assert not refused, f"the planner page asked another host for: {refused}"

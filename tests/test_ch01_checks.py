@@ -67,7 +67,7 @@ def test_design_solution_passes_public_and_hidden(solution, monkeypatch):
 def test_largest_batch_needs_the_optimizer_step(solution, monkeypatch):
     """Lab 1.6: an answer that models backward's start only (the old reference) fails a public and a held-out case,
     where eight or four tokens per sequence leave the optimizer step above the budget; the solution says 0 there."""
-    from utils.estimate import TransformerShape, transformer_activation_bytes
+    from utils.ledger.gpt import TransformerShape, transformer_activation_bytes
     from utils.models import GPTConfig
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
@@ -211,7 +211,7 @@ def test_the_predicted_block_is_the_formula_which_equals_the_measurement_where_i
 
 def _course_block_formula(b, t, d, h):
     """Chapter 01's Block (not the parallel one), FP32 SDPA, by the packaged estimator: two layers minus one."""
-    from utils.estimate import TransformerShape, transformer_activation_bytes
+    from utils.ledger.gpt import TransformerShape, transformer_activation_bytes
 
     return (transformer_activation_bytes(TransformerShape(2, d, h, t, 64), b)
             - transformer_activation_bytes(TransformerShape(1, d, h, t, 64), b))

@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.estimate import PRESETS, TransformerShape, estimate_memory, transformer_activation_bytes, will_it_fit
+from utils.estimate import estimate_memory
+from utils.ledger.gpt import PRESETS, TransformerShape, transformer_activation_bytes
+from utils.ledger.plan import will_it_fit
 from utils.measure import saved_activation_bytes
 from utils.models import GPT, Block, GPTConfig, gpt_batch
 

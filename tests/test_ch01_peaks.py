@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.test_ch01_lesson import lesson
-from utils.estimate import estimate_memory, shape_of, transformer_memory
+from utils.estimate import estimate_memory
+from utils.ledger.gpt import shape_of, transformer_memory
 from utils.measure import make_mem_tracker, peak_by_category, step_peak_by_category
 from utils.models import GPT, GPTConfig, gpt_batch
 

@@ -110,8 +110,8 @@ def test_lab04_each_planted_bug_fails_the_public_check(monkeypatch):
 def test_lab04_prediction_is_for_an_8b_model(monkeypatch):
     """Exercise 4.2: the graded figures are Llama-3-8B's (16 and 8 B/param); counting autocast's BF16 copies
     (18 B/param), a tied head, no GQA or GB for GiB fails. A deep MLP's measured AMP peak tends to 16 B/param."""
-    from utils.architectures import PUBLISHED_PARAMS
     from utils.checks.ch04 import backward_peak_truth, check_bytes_per_param, reference_bytes_per_param
+    from utils.ledger.architectures import PUBLISHED_PARAMS
     from utils.measure import step_peak
     from utils.models import mlp
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from utils.architectures import shape_of_model
-from utils.estimate import PRESETS
+from utils.ledger.architectures import shape_of_model
+from utils.ledger.gpt import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -202,9 +202,9 @@ def test_the_ledger_beside_the_h100_checkpointed_step_is_read_as_it_is():
     from dataclasses import replace
     from pathlib import Path
 
-    from utils.estimate import shape_of
     from utils.experiment_sizes import ch09
-    from utils.plan import Choice, memory_of
+    from utils.ledger.gpt import shape_of
+    from utils.ledger.plan import Choice, memory_of
 
     root = Path(__file__).resolve().parent.parent
     table = json.loads((root / "results" / "nvidia-h100-80gb-hbm3" / "09_capstone_fit_a_model.json").read_text())

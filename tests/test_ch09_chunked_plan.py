@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from utils.estimate import TransformerShape
-from utils.plan import CHUNK_LOSS_TENSORS, GIB, Choice, memory_of, plan, step_moments
+from utils.ledger.gpt import TransformerShape
+from utils.ledger.plan import CHUNK_LOSS_TENSORS, GIB, Choice, memory_of, plan, step_moments
 
 # A Llama-3-8B-like GPT stand-in: 128,256 vocabulary at 8,192 tokens
 BIG_VOCAB = TransformerShape(32, 4096, 32, 8192, 128256)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from utils.estimate import shape_of, transformer_activation_bytes, transformer_memory
+from utils.ledger.gpt import shape_of, transformer_activation_bytes, transformer_memory
 from utils.measure import saved_activation_bytes
 from utils.models import GPT, GPTConfig, gpt_batch
 

@@ -1,5 +1,6 @@
-"""Chapter 09's ledger is written in the notebook; utils.plan packages it. These tests exec the notebook's
-functions and check that they give the same bytes as utils.plan's on many inputs, so the two never drift apart."""
+"""Chapter 09's ledger is written in the notebook; utils.ledger.plan packages it. These tests exec the notebook's
+functions and check that they give the same bytes as utils.ledger.plan's on many inputs, so the two never drift
+apart."""
 
 import ast
 from dataclasses import replace
@@ -11,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from notebook_lessons import exec_lesson
 
-import utils.plan as packaged
-from utils.estimate import TransformerShape, transformer_activation_bytes
-from utils.plan import LORA_TARGETS, OPTIMIZERS, Choice
+import utils.ledger.plan as packaged
+from utils.ledger.gpt import TransformerShape, transformer_activation_bytes
+from utils.ledger.plan import LORA_TARGETS, OPTIMIZERS, Choice
 from utils.validate import check_bool, check_choice, check_instance, check_int, check_number
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "09_capstone_fit_a_model.ipynb"

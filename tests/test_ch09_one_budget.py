@@ -2,9 +2,9 @@
 
 from dataclasses import replace
 
-from utils.budget import GIB, REPORTED_GIB, gpu_budget, reported_bytes, usable_budget
-from utils.estimate import GPU_USABLE_BYTES, PRESETS, will_it_fit
-from utils.plan import Choice, Plan, memory_of
+from utils.ledger.budget import GIB, REPORTED_GIB, gpu_budget, reported_bytes, usable_budget
+from utils.ledger.gpt import PRESETS
+from utils.ledger.plan import GPU_USABLE_BYTES, Choice, Plan, memory_of, will_it_fit
 
 
 def test_issue_setup_same_answer_in_both_chapters():

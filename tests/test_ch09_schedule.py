@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from utils.estimate import TransformerShape, checkpointed
-from utils.models import GPT, GPTConfig, gpt_batch
-from utils.plan import (
+from utils.estimate import checkpointed
+from utils.ledger.gpt import TransformerShape
+from utils.ledger.plan import (
     Choice,
     activation_terms,
     block_parameters,
@@ -20,6 +20,7 @@ from utils.plan import (
     memory_of,
     step_moments,
 )
+from utils.models import GPT, GPTConfig, gpt_batch
 
 SEVEN = TransformerShape(32, 4096, 32, 2048, 32000)
 
@@ -125,7 +126,7 @@ def test_the_ledger_counts_the_cache_where_it_sets_the_peak():
 def test_the_host_ledger_of_offload():
     """Issue 25 error 2 and reviews s5-s6: ZeRO-Offload of a 7B model needs 20 B/param of host RAM, about 144 GiB once
     torch rounds DeepSpeed's pinned blocks up to powers of two."""
-    from utils.plan import GIB, host_memory_of
+    from utils.ledger.plan import GIB, host_memory_of
 
     off = Choice(precision="bf16-mixed", checkpointing=True, accumulation=32, offload_optimizer=True)
     host = host_memory_of(SEVEN, off)
@@ -144,8 +145,8 @@ def test_the_host_ledger_of_offload():
 
 
 def test_plan_skips_offload_plans_that_exceed_host_ram(monkeypatch):
-    import utils.plan as plan_module
-    from utils.plan import GIB, plan, usable_budget
+    import utils.ledger.plan as plan_module
+    from utils.ledger.plan import GIB, plan, usable_budget
 
     budget = usable_budget(int(22.5 * GIB))
     small_host = plan(SEVEN, budget, 32, host_bytes=24 * GIB)
@@ -159,7 +160,7 @@ def test_plan_skips_offload_plans_that_exceed_host_ram(monkeypatch):
     monkeypatch.setattr(plan_module, "host_ram_bytes", lambda: 2**40)
     assert plan(SEVEN, budget, 32).choice.offload_optimizer
     # a 65B-class model on a 48 GB GPU: parameter offload needs about a TB of host RAM
-    from utils.estimate import PRESETS
+    from utils.ledger.gpt import PRESETS
 
     big = plan(PRESETS["65B"], usable_budget(48 * 2**30), 32, host_bytes=256 * GIB)
     assert not big.choice.offload_optimizer and not big.choice.offload_parameters

@@ -10,10 +10,11 @@ import matplotlib.pyplot as plt
 import nbformat
 import pytest
 
-from utils.architectures import ARCHITECTURES, shape_of_model
-from utils.budget import CAPABILITY
-from utils.estimate import PRESETS
-from utils.plan import GIB, REPORTED_GIB, costs_table, plan, plan_figure, usable_budget
+from utils.ledger.architectures import ARCHITECTURES, shape_of_model
+from utils.ledger.budget import CAPABILITY
+from utils.ledger.gpt import PRESETS
+from utils.ledger.plan import GIB, REPORTED_GIB, costs_table, plan, usable_budget
+from utils.plan_runs import plan_figure
 from utils.tables import format_table
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "09_capstone_fit_a_model.ipynb"
@@ -178,7 +179,7 @@ def test_a_ledger_line_has_one_colour_in_every_plans_figure():
         plt.close(fig)
         return found
 
-    from utils.architectures import shape_of_model
+    from utils.ledger.architectures import shape_of_model
 
     # chapter 09's planner and chapter 10's layout panel, as they first open
     single = colours(plan(shape_of_model("Llama-3-8B", 4096), usable_budget(int(REPORTED_GIB["A10G (24 GB)"] * GIB)),

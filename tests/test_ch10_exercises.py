@@ -1,15 +1,15 @@
 """Chapter 10's exercise answers and the reading of its panel's first picture follow from the same calls the panel
-makes (utils.plan.plan with the layout's tensor and pipeline degrees)."""
+makes (utils.ledger.plan.plan with the layout's tensor and pipeline degrees)."""
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from utils.architectures import shape_of_model
-from utils.budget import REPORTED_GIB, usable_budget
-from utils.parallel import pipeline_layers_held
-from utils.plan import plan
+from utils.ledger.architectures import shape_of_model
+from utils.ledger.budget import REPORTED_GIB, usable_budget
+from utils.ledger.parallel import pipeline_layers_held
+from utils.ledger.plan import plan
 
 GIB = 2**30
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "10_beyond_one_gpu.ipynb"

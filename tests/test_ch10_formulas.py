@@ -1,6 +1,6 @@
-"""Chapter 10's formulas are written in the notebook; utils.plan and utils.parallel package them. These tests exec
-the notebook's functions and check that they give the same bytes as the packaged ones on many inputs (the pattern of
-tests/test_ch09_ledger.py), so the lesson and the planner never drift apart."""
+"""Chapter 10's formulas are written in the notebook; utils.ledger.plan and utils.ledger.parallel package them. These
+tests exec the notebook's functions and check that they give the same bytes as the packaged ones on many inputs (the
+pattern of tests/test_ch09_ledger.py), so the lesson and the planner never drift apart."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from notebook_lessons import exec_lesson
 
-import utils.parallel as parallel
-import utils.plan as planner
-from utils.architectures import ARCHITECTURES, ArchitectureShape, shape_of_model
-from utils.estimate import TransformerShape
-from utils.plan import Choice, block_parameters
+import utils.ledger.parallel as parallel
+import utils.ledger.plan as planner
+from utils.ledger.architectures import ARCHITECTURES, ArchitectureShape, shape_of_model
+from utils.ledger.gpt import TransformerShape
+from utils.ledger.plan import Choice, block_parameters
 from utils.validate import check_bool, check_choice, check_instance, check_int
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "10_beyond_one_gpu.ipynb"

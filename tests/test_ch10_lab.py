@@ -7,9 +7,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import utils.parallel
+import utils.ledger.parallel
 from utils.checks import ch10
-from utils.plan import Choice
+from utils.ledger.plan import Choice
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def test_pipeline_mistakes_fail(monkeypatch):
         return ch10.reference_stage(*args)
 
     def library(layer_bytes, n_layer, stages, micro, schedule):
-        held = utils.parallel.pipeline_layers_held(n_layer, stages)
+        held = utils.ledger.parallel.pipeline_layers_held(n_layer, stages)
         return layer_bytes * held * (micro / stages if schedule == "gpipe" else 1), (stages - 1) / (micro + stages - 1)
 
     for wrong in (as_1f1b, bubble_over_m, delegates, library, lambda *a: None):

@@ -8,9 +8,10 @@ import matplotlib.pyplot as plt
 import nbformat
 import pytest
 
-from utils.architectures import ARCHITECTURES, shape_of_model
-from utils.estimate import PRESETS
-from utils.plan import GIB, REPORTED_GIB, costs_table, plan, plan_figure, usable_budget
+from utils.ledger.architectures import ARCHITECTURES, shape_of_model
+from utils.ledger.gpt import PRESETS
+from utils.ledger.plan import GIB, REPORTED_GIB, costs_table, plan, usable_budget
+from utils.plan_runs import plan_figure
 from utils.tables import format_table
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "10_beyond_one_gpu.ipynb"

@@ -156,9 +156,9 @@ def _training_state_by_stepping(model: nn.Module, optimizer: str, recipe: str) -
 
 
 def _plan_by_planner(cfg: Any, budget: int, effective: int) -> Any:
-    """utils.plan's planner for the Choice; the evaluation batch by the check's own measurement."""
-    from utils.estimate import shape_of
-    from utils.plan import plan
+    """utils.ledger.plan's planner for the Choice; the evaluation batch by the check's own measurement."""
+    from utils.ledger.gpt import shape_of
+    from utils.ledger.plan import plan
 
     choice = plan(shape_of(cfg), budget, effective, allow_offload=False).choice
     sizes = (1, 2, 4, 8, 16, 32, 64)
@@ -226,8 +226,8 @@ def _block_formula_by_measuring(batch, seq_len, d_model, n_head, attention, prec
 
 
 def _zero_by_library(n: int, stage: int, gpus: int, optimizer: str) -> float:
-    """utils.plan's ZeRO ledger (the paper's 2 + 2 + 12), corrected to the lab's FP32 gradients and its optimizer."""
-    from utils.plan import zero_bytes_per_gpu
+    """The packaged ZeRO ledger (the paper's 2 + 2 + 12), corrected to the lab's FP32 gradients and its optimizer."""
+    from utils.ledger.plan import zero_bytes_per_gpu
 
     smaller_moments = 8 - ch09.MOMENT_BYTES[optimizer]
     return (zero_bytes_per_gpu(n, stage, gpus, accounting="zero-paper") + 2 * n / (gpus if stage >= 2 else 1)
@@ -345,38 +345,38 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
 
 
 def _stage_by_library(layer_bytes: float, n_layer: int, stages: int, micro: int, schedule: str) -> tuple:
-    """Lab 10.1 through utils.parallel's pipeline ledger (the package doing the exercise's work)."""
-    import utils.parallel
+    """Lab 10.1 through utils.ledger.parallel's pipeline ledger (the package doing the exercise's work)."""
+    import utils.ledger.parallel
 
     in_flight = micro if schedule == "gpipe" else min(stages, micro)
-    held = layer_bytes * utils.parallel.pipeline_layers_held(n_layer, stages) * in_flight / stages
+    held = layer_bytes * utils.ledger.parallel.pipeline_layers_held(n_layer, stages) * in_flight / stages
     return held, (stages - 1) / (micro + stages - 1)
 
 
 def _params_by_library(d: int, heads: int, kv_heads: int, ffn: int, t: int) -> int:
-    """Lab 10.2 through utils.plan.block_parameters (the package's layer count)."""
-    import utils.plan
-    from utils.estimate import TransformerShape
+    """Lab 10.2 through utils.ledger.plan.block_parameters (the package's layer count)."""
+    import utils.ledger.plan
+    from utils.ledger.gpt import TransformerShape
 
-    return utils.plan.block_parameters(TransformerShape(1, d, heads, 1, 1)) // t
+    return utils.ledger.plan.block_parameters(TransformerShape(1, d, heads, 1, 1)) // t
 
 
 def _layout_by_planner(model: str, n_gpus: int, budget: int, micro: int) -> Any:
     """Lab 10.3 through the course's planner."""
-    import utils.plan
-    from utils.architectures import shape_of_model
+    import utils.ledger.plan
+    from utils.ledger.architectures import shape_of_model
 
-    return utils.plan.plan(shape_of_model(model, 4096), budget, micro, n_gpus=n_gpus).choice
+    return utils.ledger.plan.plan(shape_of_model(model, 4096), budget, micro, n_gpus=n_gpus).choice
 
 
 def _zero_traffic_by_costs(n_params: int, grad_bytes: int, stage: int, n_gpus: int, micro: int) -> float:
-    """Lab 10.4 through utils.plan.costs' communication line."""
-    import utils.plan
-    from utils.estimate import TransformerShape
+    """Lab 10.4 through utils.ledger.plan.costs' communication line."""
+    import utils.ledger.plan
+    from utils.ledger.gpt import TransformerShape
 
     sharding = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}[stage] if n_gpus > 1 else "none"
-    choice = utils.plan.Choice(precision="bf16-mixed", accumulation=micro, n_gpus=n_gpus, sharding=sharding)
-    return utils.plan.costs(TransformerShape(1, 64, 1, 1, 1), choice)["communication bytes"]
+    choice = utils.ledger.plan.Choice(precision="bf16-mixed", accumulation=micro, n_gpus=n_gpus, sharding=sharding)
+    return utils.ledger.plan.costs(TransformerShape(1, 64, 1, 1, 1), choice)["communication bytes"]
 
 
 def _saved_by_torch_save(state: dict) -> int:

@@ -6,18 +6,8 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from utils.estimate import (
-    PRESETS,
-    TransformerShape,
-    checkpointed,
-    estimate_memory,
-    main,
-    make_optimizer,
-    measure_step,
-    transformer_activation_bytes,
-    transformer_memory,
-    validate,
-)
+from utils.estimate import checkpointed, estimate_memory, main, make_optimizer, measure_step, validate
+from utils.ledger.gpt import PRESETS, TransformerShape, transformer_activation_bytes, transformer_memory
 from utils.measure import gradient_bytes, optimizer_state_bytes, parameter_bytes, saved_activation_bytes
 from utils.models import GPT, GPTConfig, cnn, gpt_batch, mlp
 
@@ -150,7 +140,7 @@ def test_validate_table(capsys):
 
 
 def test_will_it_fit_and_bar():
-    from utils.estimate import will_it_fit
+    from utils.ledger.plan import will_it_fit
     from utils.plots import memory_bar
 
     small = will_it_fit("163M", 8, 1024, gpu="T4")
@@ -176,7 +166,9 @@ def test_will_it_fit_and_bar():
 
 def test_bad_arguments_are_named():
     """utils.validate's checks: unknown names, None shapes and bools where ints are meant are refused by name."""
-    from utils.estimate import GPU_USABLE_BYTES, autocast_dtype, param_dtype, state_bytes_per_element, will_it_fit
+    from utils.estimate import autocast_dtype, param_dtype
+    from utils.ledger.gpt import state_bytes_per_element
+    from utils.ledger.plan import GPU_USABLE_BYTES, will_it_fit
 
     model, inputs = variants()["mlp"]
     with pytest.raises(ValueError, match="precision"):
@@ -251,7 +243,7 @@ def test_make_optimizer_names_bad_params():
 def test_each_preset_is_named_by_its_own_parameter_count() -> None:
     """Review (issue 35): the "125M" preset had 163M parameters (GPT-2 small's shape with an untied head); a preset's
     name is its size, so it must be the count this ledger computes, within 10% (1.3B is 1.42B: GPT-3 XL's shape)."""
-    from utils.estimate import PRESETS
+    from utils.ledger.gpt import PRESETS
 
     scale = {"M": 1e6, "B": 1e9}
     for name, shape in PRESETS.items():

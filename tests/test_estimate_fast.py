@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from utils.architectures import HF_CONFIGS, hf_model_on_meta
-from utils.estimate import estimate_memory, estimate_memory_fast
+from utils.estimate import estimate_memory, estimate_memory_fast, hf_model_on_meta
+from utils.ledger.architectures import HF_CONFIGS
 from utils.models import GPT, GPTConfig, gpt_batch
 
 

@@ -111,7 +111,7 @@ def test_tiers_start_below_the_typical_cards(reported_gib, tier):
 
 
 def test_every_tier_budget_fits_a_card_at_the_tiers_lower_edge():
-    from utils.budget import CUDA_CONTEXT_BYTES, WORKSPACE_BYTES
+    from utils.ledger.budget import CUDA_CONTEXT_BYTES, WORKSPACE_BYTES
 
     for tier in sizes.TIERS[1:]:
         edge = sizes.TIER_MIN_REPORTED_BYTES[tier]

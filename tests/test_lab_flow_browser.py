@@ -74,16 +74,17 @@ def _served_course(folder: Path) -> None:
 
 def _planner_notebook() -> dict:
     """One code cell: chapter 09's planner cell as the chapter has it, after the imports it uses (the chapter's
-    usable_budget is utils.plan's: tests/test_ch09_widget.py), so the panel is the chapter's own in seconds."""
+    usable_budget is utils.ledger.plan's: tests/test_ch09_widget.py), so the panel is the chapter's own in seconds."""
     chapter = json.loads((ROOT / PLANNER_CHAPTER).read_text())
     cell = next("".join(c["source"]) for c in chapter["cells"]
                 if c["cell_type"] == "code" and "plan_panel = Panel(" in "".join(c["source"]))
     imports = ("import matplotlib.pyplot as plt  # as the chapter's first cell: the inline backend shows figures\n"
                "from ipywidgets import Checkbox\n"
-               "from utils.architectures import ARCHITECTURES, shape_of_model\n"
-               "from utils.budget import CAPABILITY as GPU_CAPABILITY\n"
-               "from utils.estimate import PRESETS\n"
-               "from utils.plan import GIB, REPORTED_GIB, costs_table, plan, plan_figure, usable_budget\n"
+               "from utils.ledger.architectures import ARCHITECTURES, shape_of_model\n"
+               "from utils.ledger.budget import CAPABILITY as GPU_CAPABILITY\n"
+               "from utils.ledger.gpt import PRESETS\n"
+               "from utils.ledger.plan import GIB, REPORTED_GIB, costs_table, plan, usable_budget\n"
+               "from utils.plan_runs import plan_figure\n"
                "from utils.tables import show_table\n"
                "from utils.widgets import Panel, dropdown, log2_slider\n\n")
     return {"cells": [{"cell_type": "code", "execution_count": None, "id": "planner", "metadata": {}, "outputs": [],

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from utils.estimate import PRESETS, TransformerShape, transformer_activation_bytes
-from utils.plan import (
+from utils.ledger.gpt import PRESETS, TransformerShape, transformer_activation_bytes
+from utils.ledger.plan import (
     GIB,
     Choice,
     costs,

@@ -1,12 +1,13 @@
-"""The planner's ledger on real architectures (issue 25): `utils.plan` takes a `utils.architectures.ArchitectureShape`
-with the same API as a TransformerShape, and its lines are the architecture's own (grouped-query LoRA counts, the
-gated MLP's matrices for NF4, Hugging Face's FP32 log-probabilities, the 128k-vocabulary logits)."""
+"""The planner's ledger on real architectures (issue 25): `utils.ledger.plan` takes a
+`utils.ledger.architectures.ArchitectureShape` with the same API as a TransformerShape, and its lines are the
+architecture's own (grouped-query LoRA counts, the gated MLP's matrices for NF4, Hugging Face's FP32 log-probabilities,
+the 128k-vocabulary logits)."""
 
 from dataclasses import replace
 
 import pytest
 
-from utils.architectures import (
+from utils.ledger.architectures import (
     ARCHITECTURES,
     ArchitectureShape,
     activation_bytes,
@@ -14,7 +15,7 @@ from utils.architectures import (
     parameter_tensors,
     shape_of_model,
 )
-from utils.plan import (
+from utils.ledger.plan import (
     CHUNK_LOSS_TENSORS,
     GIB,
     NF4_BYTES_PER_PARAM,

@@ -1,15 +1,24 @@
 """Tensor, sequence and pipeline parallelism as terms of the planner's one ledger (issue 25): per layer the ledger
 follows Korthikanti et al. 2022 (arXiv:2205.05198) Table 2's structure, and the pipeline stages hold what
-utils.parallel.pipeline_layers_held says (section 4.2.3)."""
+utils.ledger.parallel.pipeline_layers_held says (section 4.2.3)."""
 
 from dataclasses import replace
 
 import pytest
 
-from utils.architectures import shape_of_model
-from utils.estimate import TransformerShape
-from utils.parallel import pipeline_layers_held
-from utils.plan import Choice, costs, costs_table, line_maxima, memory_of, plan, replicated_layer_bytes, state_share
+from utils.ledger.architectures import shape_of_model
+from utils.ledger.gpt import TransformerShape
+from utils.ledger.parallel import pipeline_layers_held
+from utils.ledger.plan import (
+    Choice,
+    costs,
+    costs_table,
+    line_maxima,
+    memory_of,
+    plan,
+    replicated_layer_bytes,
+    state_share,
+)
 
 GPT3 = TransformerShape(96, 12288, 96, 2048, 51200)  # GPT-3 175B's shape (Korthikanti's Table 3), 2,048 tokens
 

@@ -28,7 +28,7 @@ from decimal import Decimal
 
 import pytest
 
-from utils.parallel import (
+from utils.ledger.parallel import (
     activation_bytes_per_gpu,
     flops_utilization,
     fraction_of_tensor_parallel,
@@ -36,7 +36,7 @@ from utils.parallel import (
     layer_activation_bytes,
     pipeline_layers_held,
 )
-from utils.plan import NF4_BYTES_PER_PARAM, zero_bytes_per_gpu
+from utils.ledger.plan import NF4_BYTES_PER_PARAM, zero_bytes_per_gpu
 
 
 def _unit(printed: str) -> float:

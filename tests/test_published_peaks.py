@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from utils import published_peaks as pp
-from utils.plan import GIB, REDUCE_BUCKET_ELEMENTS, memory_of
+from utils.ledger.plan import GIB, REDUCE_BUCKET_ELEMENTS, memory_of
 from utils.tables import format_table
 
 IDS = [row.key for row in pp.ROWS]

@@ -1,6 +1,6 @@
 """The ledger against real training steps: small Hugging Face Llama, Mistral, Qwen2 and Mixtral models run one
 step on the CPU in every regime the planner offers, metered from outside the ledger (tests/real_steps.py: a
-storage-tracking dispatch mode, cross-checked by glibc's mallinfo2). The ledger (`utils.plan.memory_of`, the peak
+storage-tracking dispatch mode, cross-checked by glibc's mallinfo2). The ledger (`utils.ledger.plan.memory_of`, the peak
 of its timeline) must never be below the measured peak and at most 5% above it.
 
 Before the timeline (one FP32 tokens x vocabulary gradient at the loss, every gradient counted beside every
@@ -10,8 +10,8 @@ ledger / peak = 0.938 (FP32), 0.930 (autocast), 0.842 (pure BF16), 0.752 (LoRA):
 import pytest
 
 from tests.real_steps import REGIMES, Regime, measure, measure_gpt
+from utils.ledger.plan import Choice, peak_moment, step_moments
 from utils.models import GPTConfig
-from utils.plan import Choice, peak_moment, step_moments
 
 SEQ = 128  # tokens per sequence: the regimes' micro-batches of 4 (2 when accumulating) make 512 or 256 per step
 BY_NAME = {r.name: r for r in REGIMES}
@@ -69,7 +69,7 @@ def test_the_optimizer_step_sets_the_peak_when_the_model_states_dominate(regime)
     row = measure("llama-small-vocab", STEP_PEAKED[regime], 32)
     _check(row)
     from tests.real_steps import SMALL_CONFIGS
-    from utils.architectures import ArchitectureShape, from_hf_config
+    from utils.ledger.architectures import ArchitectureShape, from_hf_config
 
     shape = ArchitectureShape(from_hf_config(SMALL_CONFIGS["llama-small-vocab"]), 32)
     assert peak_moment(shape, STEP_PEAKED[regime].choice) == "optimizer step"
@@ -94,7 +94,7 @@ GPT_CASES = [r.name for r in REGIMES if "QLoRA" not in r.name and "chunked" not 
 
 @pytest.mark.parametrize("regime", GPT_CASES)
 def test_the_ledger_bounds_the_courses_gpt_as_run_choice_trains_it(regime):
-    """The course's GPT (utils.models.GPT) trained by `utils.plan.run_choice` (the loss inside autocast, the logits
+    """The course's GPT (utils.models.GPT) trained by `utils.plan_runs.run_choice` (the loss inside autocast, the logits
     dropped before backward). Under LoRA the ledger is up to 7% above: it counts adapters on four d x d attention
     matrices (q, k, v, o), where run_choice adapts the GPT's fused qkv and its projection (two adapters: fewer
     parameters, gradients, states and intermediates), and the BF16 base's blocks keep less under autocast than the

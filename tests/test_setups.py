@@ -1,8 +1,8 @@
-"""The setups people run (utils.setups), against the bytes per parameter their sources state."""
+"""The setups people run (utils.ledger.setups), against the bytes per parameter their sources state."""
 
 import pytest
 
-from utils.setups import SETUPS, activation_offload_bytes, model_state_bytes
+from utils.ledger.setups import SETUPS, activation_offload_bytes, model_state_bytes
 
 
 @pytest.mark.parametrize("setup, plain, replicated, sharded", [
@@ -45,12 +45,12 @@ def test_bad_arguments():
 
 
 def test_the_planner_reads_its_bytes_per_parameter_from_the_setups(monkeypatch):
-    """utils.plan's model-state lines are the setups' (one table of bytes per parameter in the course)."""
+    """utils.ledger.plan's model-state lines are the setups' (one table of bytes per parameter in the course)."""
     from dataclasses import replace
 
-    from utils import setups
-    from utils.architectures import parameter_tensors, shape_of_model
-    from utils.plan import PRECISION_SETUPS, Choice, line_maxima
+    from utils.ledger import setups
+    from utils.ledger.architectures import parameter_tensors, shape_of_model
+    from utils.ledger.plan import PRECISION_SETUPS, Choice, line_maxima
 
     shape = shape_of_model("Llama-3-8B", 4096)
     n = shape.n_params
@@ -74,7 +74,7 @@ def test_the_planner_reads_its_bytes_per_parameter_from_the_setups(monkeypatch):
 
 
 def test_a_choice_names_only_full_training_setups():
-    from utils.plan import Choice
+    from utils.ledger.plan import Choice
 
     with pytest.raises(ValueError, match="setup"):
         Choice(setup="frozen bf16 base")

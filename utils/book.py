@@ -2,7 +2,8 @@
 
 The chapters are rendered with their committed outputs (never executed here: the outputs are a real run's, and
 a website cannot run them), together with the glossary, the claims (as stated, and as measured from results/),
-the instructor's guide and the workshop plan. The toolchain is the one Jupyter Book 1 wraps: Sphinx with
+the instructor's guide, the workshop plan and the planner page, where chapter 09's planner runs in the reader's
+browser (utils/planner_page.py). The toolchain is the one Jupyter Book 1 wraps: Sphinx with
 myst-nb (notebooks and MyST Markdown) and sphinx-book-theme (navigation and search), all from PyPI.
 
 The site is built from the committed versions: HEAD's notebooks/, docs/ and results/ (`git archive`), never from a
@@ -27,6 +28,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from utils import planner_page
 from utils.glossary import github_anchor
 from utils.hosted import repository_url
 from utils.validate import check_bool, check_instance, check_str
@@ -134,7 +136,7 @@ def _index(chapters: list[Path], pages: list[str]) -> str:
                       for line in "".join(c["source"]).splitlines() if line.startswith("# ")), path.stem)
         rows.append(f"- [{title}](notebooks/{path.name})")
     toc_chapters = "\n".join(f"notebooks/{p.stem}" for p in chapters)
-    toc_pages = "\n".join(p.removesuffix(".md") for p in pages) + "\ndocs/claims-ledger"
+    toc_pages = "\n".join(p.removesuffix(".md") for p in pages) + "\ndocs/claims-ledger\ndocs/planner"
     return f"""# GPU memory for training, measured
 
 An open course on how GPU memory is spent and saved when training neural networks, from the bit layouts of
@@ -152,6 +154,8 @@ numbers: `make lab` in a clone of the repository, or the Colab and Kaggle links 
 - [Claims](docs/claims.md) as commonly stated, and the [claims ledger](docs/claims-ledger.md): what the committed
   runs measured for each, where, and the verdict.
 - [Instructor's guide](docs/instructors.md) and [workshop plan](docs/workshop.md).
+- [The planner, in your browser](docs/planner.md): chapter 09's planner for any model, GPU, batch and GPU count,
+  computed on the page by the course's own ledger.
 
 ```{{toctree}}
 :hidden:
@@ -193,6 +197,7 @@ def prepare(src: Path, url: str | None = None, root: Path = REPO_ROOT) -> Path:
     (src / "conf.py").write_text(CONF.format(url=url), encoding="utf-8")
     (src / "_static").mkdir()
     (src / "_static" / "course.css").write_text(CSS, encoding="utf-8")
+    planner_page.write(src)
     return src
 
 

@@ -30,7 +30,6 @@ import argparse
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -38,34 +37,20 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
-from utils.budget import gpu_budget
+from utils.ledger.architectures import Architecture
+from utils.ledger.gpt import (
+    OPTIMIZERS,
+    PRECISIONS,
+    STEP_COUNTER_BYTES,
+    MemoryEstimate,
+    _check_choices,
+    sdpa_attention,
+    shape_of,
+    state_bytes_per_element,
+    transformer_memory,
+)
 from utils.measure import SavedTensorCounter, make_mem_tracker, peak_by_category
 from utils.validate import check_bool, check_choice, check_instance, check_int, check_number
-
-PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
-OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
-STEP_COUNTER_BYTES = 4  # torch's Adam keeps `step` as a float32 scalar tensor per parameter
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Bytes of one training step, by part (see the module docstring for what each part counts)."""
-
-    params: int
-    grads: int
-    optimizer_states: int
-    activations: int
-    optimizer_temporaries: int
-    total: int
-
-    def rows(self) -> list[tuple[str, int]]:
-        return [(f.name, getattr(self, f.name)) for f in fields(self)]
-
-
-def _check_choices(optimizer: str, precision: str, checkpointing: bool) -> None:
-    check_choice("optimizer", optimizer, OPTIMIZERS)
-    check_choice("precision", precision, PRECISIONS)
-    check_bool("checkpointing", checkpointing)
 
 
 def param_dtype(precision: str) -> torch.dtype:
@@ -78,13 +63,6 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     """The dtype autocast computes matmuls in (None: no autocast)."""
     check_choice("precision", precision, PRECISIONS)
     return {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(precision)
-
-
-def state_bytes_per_element(optimizer: str, precision: str) -> int:
-    """Optimizer state bytes per trainable parameter element (step counters excluded)."""
-    check_choice("optimizer", optimizer, OPTIMIZERS)
-    size = torch.finfo(param_dtype(precision)).bits // 8
-    return {"sgd": 0, "sgd-momentum": size, "adam": 2 * size, "adamw": 2 * size}[optimizer]
 
 
 def _blocks(model: nn.Module) -> list[nn.Module]:
@@ -298,131 +276,6 @@ def make_optimizer(optimizer: str, params: Iterable[torch.Tensor], lr: float = 1
     return (torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW)(params, lr=lr)
 
 
-@dataclass(frozen=True)
-class TransformerShape:
-    """A GPT-style transformer as built by `utils.models.GPT` (LayerNorm, MLP 4x, untied head)."""
-
-    n_layer: int
-    d_model: int
-    n_head: int
-    seq_len: int
-    vocab_size: int
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            check_int(f.name, getattr(self, f.name), minimum=1)
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
-
-    @property
-    def n_params(self) -> int:
-        d, v, t = self.d_model, self.vocab_size, self.seq_len
-        return 2 * v * d + t * d + self.n_layer * (12 * d * d + 13 * d) + 2 * d
-
-
-def shape_of(cfg: Any) -> TransformerShape:
-    """The TransformerShape of a utils.models.GPTConfig (or any object with the same five fields)."""
-    missing = [f for f in ("n_layer", "d_model", "n_head", "seq_len", "vocab_size") if not hasattr(cfg, f)]
-    if missing:
-        raise TypeError(f"cfg must be a GPTConfig (with n_layer, d_model, n_head, seq_len, vocab_size); "
-                        f"got {type(cfg).__name__}, missing {', '.join(missing)}")
-    return TransformerShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size)
-
-
-# GPT-style stand-ins for well-known shapes, each named by its own parameter count rounded (this GPT's untied head
-# and LayerNorm make them differ from the originals: GPT-2 small's shape has 163M here, 124M with its tied head):
-# show `n_params`, which is computed, as their size.
-PRESETS: dict[str, TransformerShape] = {
-    "163M": TransformerShape(12, 768, 12, 1024, 50257),  # GPT-2 small's shape: 124M there, whose head is tied
-    "1.3B": TransformerShape(24, 2048, 16, 2048, 50257),
-    "7B": TransformerShape(32, 4096, 32, 4096, 32000),
-    "13B": TransformerShape(40, 5120, 40, 4096, 32000),
-    "65B": TransformerShape(80, 8192, 64, 4096, 32000),  # LLaMA-65B's shape (no GQA); Llama-2-70B: ARCHITECTURES
-}
-
-
-def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precision: str = "fp32",
-                                 checkpointing: bool = False, attention: str = "sdpa", dropout: float = 0.0) -> int:
-    """Bytes saved for backward by one forward of `utils.models.GPT` (CPU semantics), with the loss.
-
-    Per layer, with n = batch x seq tokens, a = residual-stream bytes and c = compute bytes per element:
-    two LayerNorms save their input and two statistics (2a.n.d + 4a.n); the matmul inputs, the q/k/v,
-    attention output and the MLP's 4d-wide tensors save 14c.n.d; SDPA adds a float32 log-sum-exp per head
-    (4.b.h.T), eager attention the mask (T^2) and the softmax output (c.b.h.T^2); autocast saves a 2-byte
-    copy of every matmul weight (24 d^2). Checkpointing keeps only each block's input (a.n.d).
-    Attention dropout (`dropout` > 0, `utils.models.GPT` in training mode) with eager attention keeps, per score,
-    the dropout's output for the matmul with V and its noise tensor (2c.b.h.T^2: on a CPU `torch.dropout` scales
-    by a noise tensor of the input's dtype; CUDA's fused `native_dropout` keeps a 1-byte mask instead, the
-    (1 + c) of Korthikanti et al.'s 5as/h). With SDPA the CPU runs its math kernel under dropout: not modelled.
-    `attention="sdpa-math"` is SDPA where only its math kernel runs (`sdpa_attention` says where: BF16 below
-    compute capability 8.0, a T4 or a V100): instead of the log-sum-exp it keeps the probabilities and the scaled
-    copies of q and k that its two matmuls save: torch's `_scaled_dot_product_attention_math`
-    (aten/src/ATen/native/transformers/attention.cpp, v2.13.0), which on every device first casts BF16 and FP16
-    q, k and v to FP32 (`query_acc`, unless `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`): in
-    BF16 it keeps 4.b.h.T^2 of FP32 probabilities and FP32 q, k and v (12.n.d) where the fused kernel kept their
-    BF16 originals (6.n.d), 4.b.h.T^2 + 6.n.d in all; in FP32, c.b.h.T^2 + 2c.n.d (measured at batch 1). Both
-    measured with the math backend forced on a CPU (tests/test_ledger_errors.py).
-    """
-    check_instance("shape", shape, TransformerShape)
-    _check_choices("adamw", precision, checkpointing)
-    check_choice("attention", attention, ("sdpa", "sdpa-math", "eager"))
-    check_int("batch", batch, minimum=1)
-    check_number("dropout", dropout, minimum=0.0, maximum=0.999)
-    if dropout > 0 and attention != "eager":
-        raise ValueError("dropout > 0 is modelled with attention='eager' only (SDPA's CPU math kernel under dropout "
-                         "keeps other tensors)")
-    d, h, t, v, b = shape.d_model, shape.n_head, shape.seq_len, shape.vocab_size, batch
-    n = b * t
-    mixed = autocast_dtype(precision) is not None
-    a = 2 if precision == "bf16" else 4
-    c = 2 if precision != "fp32" else 4
-    if checkpointing:
-        per_layer = a * n * d
-    else:
-        per_layer = 2 * a * n * d + 4 * a * n + 14 * c * n * d + (24 * d * d if mixed else 0)
-        math = 4 * b * h * t * t + 6 * n * d if c == 2 else c * b * h * t * t + 2 * c * n * d  # FP32 upcast in BF16
-        per_layer += {"sdpa": 4 * b * h * t, "sdpa-math": math,
-                      "eager": t * t + c * b * h * t * t}[attention]
-        per_layer += 2 * c * b * h * t * t if dropout > 0 else 0
-    # Outside the blocks: token ids, positions, final LayerNorm, head input (and weight copy under
-    # autocast), log-softmax of the logits (float32 unless pure BF16), targets, and the loss's weight sum.
-    outside = 8 * n + 8 * t + a * n * d + 2 * a * n + c * n * d + (2 * v * d if mixed else 0)
-    outside += (2 if precision == "bf16" else 4) * n * v + 8 * n + a
-    return shape.n_layer * per_layer + outside
-
-
-def sdpa_attention(precision: str, capability: tuple[int, int] | None = None) -> str:
-    """Which of `transformer_activation_bytes`' SDPA kernels torch runs for the GPT's attention: "sdpa" (a fused
-    kernel that keeps a log-sum-exp per head and token: the CPU's flash kernel, CUDA's flash kernel from compute
-    capability 8.0 in FP16/BF16, or its memory-efficient kernel, which takes FP32 and FP16 from 5.0 and BF16 only
-    from 8.0) or "sdpa-math" (BF16 on a GPU below 8.0: the math kernel). `capability` None is a CPU.
-    Source: torch's aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (`check_sm_version`,
-    `check_tensor_dtype`: flash needs sm80+, mem-efficient lists BF16 only for sm80+). An Apple GPU trains with the
-    math kernel (`estimate_memory` traces a model on MPS so); this function answers for CUDA GPUs and the CPU."""
-    check_choice("precision", precision, PRECISIONS)
-    if capability is None:
-        return "sdpa"
-    if not (isinstance(capability, tuple) and len(capability) == 2 and all(isinstance(x, int) for x in capability)):
-        raise TypeError(f"capability must be None or a (major, minor) tuple of ints, got {capability!r}")
-    bf16 = precision in ("bf16", "bf16-mixed")
-    return "sdpa-math" if bf16 and capability < (8, 0) else "sdpa"
-
-
-def transformer_memory(shape: TransformerShape, batch: int, *, optimizer: str = "adamw", precision: str = "fp32",
-                       checkpointing: bool = False, attention: str = "sdpa", dropout: float = 0.0) -> MemoryEstimate:
-    """The analytic estimate for `utils.models.GPT` at any size (optimizer temporaries not modelled: 0)."""
-    check_instance("shape", shape, TransformerShape)
-    _check_choices(optimizer, precision, checkpointing)
-    p = shape.n_params
-    size = torch.finfo(param_dtype(precision)).bits // 8
-    tensors = 2 + shape.n_layer * 12 + 2 + 1  # two embeddings, 12 per block (weights, biases), ln_f, head
-    states = p * state_bytes_per_element(optimizer, precision)
-    states += STEP_COUNTER_BYTES * tensors if optimizer in ("adam", "adamw") else 0
-    acts = transformer_activation_bytes(shape, batch, precision=precision, checkpointing=checkpointing,
-                                        attention=attention, dropout=dropout)
-    return MemoryEstimate(p * size, p * size, states, acts, 0, p * size * 2 + states + acts)
-
-
 RULES_OF_THUMB: dict[str, Callable[[int, int], int]] = {
     # (parameter count, bytes of the parameters as stored) -> predicted bytes
     "16 B/param": lambda n, _: 16 * n,
@@ -533,53 +386,48 @@ if __name__ == "__main__":
     main()
 
 
-# Marketed memory of the GPUs workshop hosts rent (GB as sold). A GPU reports less than that as its total memory
-# (`utils.budget.REPORTED_GIB`: a T4 14.7 GiB, an A10G 22.5 GiB), and the CUDA context, cuBLAS workspaces and the
-# allocator's fragmentation take some of that too: `GPU_USABLE_BYTES` is `utils.budget.gpu_budget`, the same
-# budget chapter 09's planner uses.
-GPU_MEMORY_GB: dict[str, int] = {"T4": 16, "A10G": 24, "A100 40GB": 40, "L40S": 48, "A40": 48, "RTX A6000": 48,
-                                 "A100 80GB": 80, "H100": 80, "H200": 141}
-GPU_USABLE_BYTES: dict[str, int] = {name: gpu_budget(name) for name in GPU_MEMORY_GB}
+def hf_model_on_meta(arch_or_config: Architecture | dict[str, Any], **overrides: Any) -> Any:
+    """A transformers causal-LM built from a config on the meta device (no memory), SDPA attention; `overrides`
+    replace config fields (e.g. a smaller num_hidden_layers)."""
+    import transformers
+
+    if isinstance(arch_or_config, Architecture):
+        raise TypeError("pass the config dict (HF_CONFIGS[name]): an Architecture does not name its model type")
+    if not isinstance(arch_or_config, dict):
+        raise TypeError(f"arch_or_config must be a config dict, got {type(arch_or_config).__name__}")
+    config = transformers.AutoConfig.for_model(**(arch_or_config | overrides), attn_implementation="sdpa")
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config)
 
 
-@dataclass(frozen=True)
-class FitReport:
-    estimate: MemoryEstimate  # the ledger at the step's peak folded into parts (activations: every activation line)
-    capacity: int
-    gpu: str
-    parts: dict[str, int] = field(default_factory=dict)  # the ledger line by line (utils.plan.memory_of)
-
-    @property
-    def fits(self) -> bool:
-        return self.estimate.total <= self.capacity
-
-    @property
-    def margin(self) -> int:
-        """Bytes left over (negative: how much is missing)."""
-        return self.capacity - self.estimate.total
-
-
-def will_it_fit(model: str | TransformerShape, batch: int, seq_len: int, *, precision: str = "bf16-mixed",
-                optimizer: str = "adamw", checkpointing: bool = False, gpu: str = "A100 80GB") -> FitReport:
-    """Chapter 09's budget ledger (`utils.plan.memory_of`) for a transformer (a preset's name, or a custom
-    TransformerShape) at a batch and sequence length, against the same usable budget the planner uses
-    (`utils.budget.gpu_budget`: reported memory less context, workspaces and fragmentation)."""
-    from utils.plan import Choice, memory_of
-
-    if isinstance(model, TransformerShape):
-        base = model
-    elif isinstance(model, str) and model in PRESETS:
-        base = PRESETS[model]
-    else:
-        raise ValueError(f"model must be a TransformerShape or one of {sorted(PRESETS)}, got {model!r}")
-    check_choice("gpu", gpu, tuple(GPU_MEMORY_GB))
-    check_int("seq_len", seq_len, minimum=1)
+def traced_memory(config: dict[str, Any], batch: int, seq_len: int, *, precision: str = "bf16",
+                  checkpointing: bool = False, optimizer: str = "adamw") -> Any:
+    """One training step of the Hugging Face model of `config` (a config dict: HF_CONFIGS[name]) traced on fake
+    tensors (`utils.estimate.estimate_memory`), fast: the model is built and traced with one layer and with two,
+    and every part is extrapolated to the config's layers as x1 + (L - 1)(x2 - x1), which is exact for identical
+    layers (tests/test_estimate_fast.py). Building the 32 layers of an 8B model on the meta device alone took
+    longer than this whole estimate. The trace keeps what transformers keeps under fake tensors (a T x T mask and K
+    and V repeated to every head, see `activation_bytes`): a second witness beside the real steps."""
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a config dict (HF_CONFIGS[name]), got {type(config).__name__}")
+    layers = check_int("config['num_hidden_layers']", config.get("num_hidden_layers"), minimum=1)
     check_int("batch", batch, minimum=1)
-    check_choice("precision", precision, ("fp32", "bf16-mixed", "bf16"))
-    shape = TransformerShape(base.n_layer, base.d_model, base.n_head, seq_len, base.vocab_size)
-    parts = memory_of(shape, Choice(precision=precision, checkpointing=checkpointing, micro_batch=batch,
-                                    optimizer=optimizer))
-    weights, grads, states = parts["weights"], parts["gradients"], parts["optimizer states"]
-    temporaries, total = parts["optimizer step temporaries"], sum(parts.values())
-    est = MemoryEstimate(weights, grads, states, total - weights - grads - states - temporaries, temporaries, total)
-    return FitReport(est, GPU_USABLE_BYTES[gpu], gpu, parts)
+    check_int("seq_len", seq_len, minimum=1)
+    check_bool("checkpointing", checkpointing)
+
+    class LossOf(nn.Module):
+        def __init__(self, model: nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids, labels=labels, use_cache=False).loss
+
+    ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
+    parts = []
+    for k in (1, 2):
+        model = LossOf(hf_model_on_meta(config, num_hidden_layers=k,
+                                        max_position_embeddings=max(seq_len, config.get("max_position_embeddings", 0))))
+        parts.append([v for _, v in estimate_memory(model, (ids, ids), optimizer=optimizer, precision=precision,
+                                                    checkpointing=checkpointing).rows()])
+    return MemoryEstimate(*[one + (layers - 1) * (two - one) for one, two in zip(*parts, strict=True)])

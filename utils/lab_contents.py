@@ -34,9 +34,10 @@ from jupyter_server.services.contents.largefilemanager import AsyncLargeFileMana
 from tornado import web
 from traitlets import List, Unicode, default
 
-from utils.lab_server import COMMITTED_DIRS, REPO_ROOT, WORK_DIR, LabOpen, open_sessions
+from utils.lab_sessions import COMMITTED_DIRS, WORK_DIR, LabOpen, open_sessions
 from utils.validate import check_instance, check_str
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 BASES_FILE = ".bases.json"
 
 

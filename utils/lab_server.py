@@ -26,14 +26,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from utils.lab_sessions import COMMITTED_DIRS, WORK_DIR, LabOpen, open_sessions
 from utils.validate import check_bool, check_instance, check_int, check_str
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIRST_NOTEBOOK = "notebooks/00_setup_and_environment.ipynb"
 SETTINGS_DIR = Path(__file__).resolve().parent / "lab_settings"
 LABS_DIR, MY_LABS_DIR = REPO_ROOT / "labs", REPO_ROOT / "my-labs"
-# The learner's saved copies of the committed folders' files (utils/lab_contents.py): ignored by git.
-WORK_DIR, COMMITTED_DIRS = "my-work", ("notebooks", "labs", "solutions", "docs")
 # What the file browser does not list: jupyter_server's own defaults, and the install metadata `make env` writes into
 # the repository root (pip install -e .), which a learner has no use for.
 # The learner's saved copies (my-work/, see utils/lab_contents.py) are not listed either: they are opened under the
@@ -69,41 +68,6 @@ def environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def open_sessions(path: Path, servers: list[dict] | None = None) -> list[str]:
-    """The running Jupyter servers (this user's, from their runtime files) that have `path` open with a kernel:
-    a line each. A reset under an open notebook is undone by JupyterLab's next autosave."""
-    path = Path(check_instance("path", path, (str, Path))).resolve()
-    if servers is not None:
-        servers = list(check_instance("servers", servers, (list, tuple)))
-        for server in servers:
-            check_instance("servers item", server, dict)
-    if servers is None:
-        try:
-            from jupyter_server.serverapp import list_running_servers
-
-            servers = list(list_running_servers())
-        except Exception:  # no jupyter_server, or unreadable runtime files: nothing known to be open
-            return []
-    found = []
-    for server in servers:
-        root, url, token = server.get("root_dir"), server.get("url", ""), server.get("token", "")
-        if not root:
-            continue
-        try:
-            import json
-            import urllib.request
-
-            with urllib.request.urlopen(f"{url.rstrip('/')}/api/sessions?token={token}", timeout=3) as response:
-                sessions = json.loads(response.read())
-        except (OSError, ValueError):
-            continue
-        for session in sessions:
-            opened = session.get("path") or session.get("notebook", {}).get("path", "")
-            if opened and (Path(root) / opened).resolve() == path:
-                found.append(f"{opened} is open in the JupyterLab at {url} (its kernel is running)")
-    return found
-
-
 def port_in_use(port: int) -> bool:
     """Whether something already listens on 127.0.0.1:`port` (e.g. an earlier `make lab`)."""
     check_int("port", port, minimum=1, maximum=65535)
@@ -126,10 +90,6 @@ def copy_labs(labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LABS_DIR) -> lis
             shutil.copyfile(lab, target)
             copied.append(target)
     return copied
-
-
-class LabOpen(RuntimeError):
-    """The lab to reset is open in a running JupyterLab: its autosave would write the old copy back."""
 
 
 def reset_lab(number: str, labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LABS_DIR,
@@ -168,7 +128,7 @@ def reset_lab(number: str, labs_dir: Path = LABS_DIR, my_labs_dir: Path = MY_LAB
 def _work_line(root: Path = REPO_ROOT) -> str:
     """What `make lab` says about the learner's saved chapters: where they are, and which the course has changed
     since they were saved (a `git pull`), with how to take the new version."""
-    from utils.lab_contents import MyWork
+    from utils.lab_contents import MyWork  # here: it imports jupyter_server, which resetting a lab does not need
 
     work = MyWork(Path(check_instance("root", root, (str, Path))))
     saved = sorted(work.folder.glob("notebooks/*.ipynb")) if work.folder.is_dir() else []

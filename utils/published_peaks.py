@@ -2,12 +2,12 @@
 
 The course runs on a CPU; until its own GPU runs exist, these published figures are its GPU evidence. Each row
 (`PublishedPeak`) cites where the number was read (title, URL, the table or section), the GPU and its memory, the
-software, the model (a preset of `utils.architectures.ARCHITECTURES` or the Hugging Face config fields that
+software, the model (a preset of `utils.ledger.architectures.ARCHITECTURES` or the Hugging Face config fields that
 `from_hf_config` reads) and the configuration (sequence length, micro-batch, precision, checkpointing, LoRA, QLoRA,
 optimizer, sharding over how many GPUs), the figure as published and what it measures (PyTorch's caching
 allocator's peak *reserved* bytes, its peak *active* bytes, ...).
 
-`predict(row)` is the ledger's answer: the sum of `utils.plan.memory_of(shape, Choice(...))`'s lines for the
+`predict(row)` is the ledger's answer: the sum of `utils.ledger.plan.memory_of(shape, Choice(...))`'s lines for the
 configuration as `Choice` expresses it. Where a run used something the ledger does not model (torch.compile,
 selective activation checkpointing, activation offloading, the optimizer step fused into backward, a paged
 optimizer), the row says so in `unmodelled`, the prediction uses the nearest configuration the ledger has, and the
@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from utils.architectures import ARCHITECTURES, ArchitectureShape, from_hf_config, shape_of_model
-from utils.plan import LORA_TARGETS, OPTIMIZERS, PRECISIONS, SHARDING, Choice, memory_of
+from utils.ledger.architectures import ARCHITECTURES, ArchitectureShape, from_hf_config, shape_of_model
+from utils.ledger.plan import LORA_TARGETS, OPTIMIZERS, PRECISIONS, SHARDING, Choice, memory_of
 from utils.validate import check_bool, check_choice, check_instance, check_int, check_number, check_str
 
 UNITS = {"GiB": 2**30, "GB": 10**9}
@@ -51,7 +51,7 @@ GIB = 2**30
 # row states its own bounds (inside this band unless it is an expected miss) and the reason in its note.
 TOLERANCE = (0.75, 1.25)
 
-# The fields of a Hugging Face config.json that the ledger reads (utils.architectures.from_hf_config).
+# The fields of a Hugging Face config.json that the ledger reads (utils.ledger.architectures.from_hf_config).
 HF_FIELDS = ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
              "intermediate_size", "vocab_size", "tie_word_embeddings")
 
@@ -403,7 +403,7 @@ assert len(BY_KEY) == len(ROWS), "row keys must be unique"
 
 
 def predict(row: PublishedPeak) -> int:
-    """The ledger's peak for a published row, in bytes: the sum of `utils.plan.memory_of`'s lines for the row's
+    """The ledger's peak for a published row, in bytes: the sum of `utils.ledger.plan.memory_of`'s lines for the row's
     model at its sequence length under the row's Choice."""
     check_instance("row", row, PublishedPeak)
     return int(sum(memory_of(row.shape(), row.choice()).values()))

@@ -9,8 +9,8 @@ tuned to the public cases fails.
 
 from __future__ import annotations
 
-from utils.budget import REPORTED_GIB, usable_budget
 from utils.checks.ch10 import GIB, expect_layout, expect_params_per_rank, expect_pipeline_stage, expect_zero_traffic
+from utils.ledger.budget import REPORTED_GIB, usable_budget
 
 
 def pipeline_cases(pipeline_stage) -> None:

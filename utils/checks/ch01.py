@@ -12,7 +12,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from utils.budget import reported_bytes
 from utils.checks.core import (
     CheckFailed,
     Verdict,
@@ -24,7 +23,9 @@ from utils.checks.core import (
     own_work,
     run_check,
 )
-from utils.estimate import measure_step, transformer_activation_bytes
+from utils.estimate import measure_step
+from utils.ledger.budget import reported_bytes
+from utils.ledger.gpt import transformer_activation_bytes
 from utils.measure import optimizer_state_bytes, saved_activation_bytes
 from utils.models import GPT, Block, CausalSelfAttention, GPTConfig, gpt_batch, mlp
 from utils.profiling import largest_fitting
@@ -475,7 +476,7 @@ def expect_llama_plans(llama_plan: Callable[[dict], dict], cases: Sequence[dict]
                            "ffn_hidden); then the embedding, the final RMSNorm, and the head unless it is tied.",
                  "state_bytes": "16 bytes per parameter: FP32 weights and gradients, Adam's two FP32 moments.",
                  "gpus_80gb": "round the state bytes up to whole GPUs of what torch reports for an '80 GB' card: "
-                              "utils.budget.reported_bytes('H100'), 79.1 GiB (not 80 x 10^9 bytes, not 80 GiB)."}
+                              "utils.ledger.budget.reported_bytes('H100'), 79.1 GiB (not 80 x 10^9 bytes, not 80 GiB)."}
         for key in ("params", "state_bytes", "gpus_80gb"):
             expect_equal(got[key], want[key], f"llama_plan({what})[{key!r}]", hint=hints[key])
 

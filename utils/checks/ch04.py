@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from utils.architectures import PUBLISHED_PARAMS
 from utils.checks.core import CheckFailed, Verdict, expect_reasoning, guarded, run_check
+from utils.ledger.architectures import PUBLISHED_PARAMS
 from utils.measure import optimizer_state_bytes, step_peak
 from utils.models import GPT, GPTConfig, gpt_batch, mlp
 
@@ -131,10 +131,10 @@ def expect_bytes_per_param(bytes_per_param: Callable[..., float], cases: Sequenc
 
 
 MEASURE_CASE = (512, torch.bfloat16, None)
-# 4.2's prediction: Llama-3-8B (8,030,261,248 parameters, utils.architectures.PUBLISHED_PARAMS) trained with AdamW,
-# activations aside. At the backward peak (the end of backward) every parameter has its weight, both moments and its
-# gradient, all in the parameters' dtype; autocast's BF16 weight copies are freed layer by layer as backward goes, so
-# they are gone by then (the chapter measured 16.50 B/param on a 2-layer MLP, whose copies are a larger share).
+# 4.2's prediction: Llama-3-8B (8,030,261,248 parameters, utils.ledger.architectures.PUBLISHED_PARAMS) trained with
+# AdamW, activations aside. At the backward peak (the end of backward) every parameter has its weight, both moments and
+# its gradient, all in the parameters' dtype; autocast's BF16 weight copies are freed layer by layer as backward goes,
+# so they are gone by then (the chapter measured 16.50 B/param on a 2-layer MLP, whose copies are a larger share).
 PREDICT_PARAMS = PUBLISHED_PARAMS["Llama-3-8B"]
 BACKWARD_PEAK_BYTES = {"amp-bf16": 4 + 8 + 4, "pure-bf16": 2 + 4 + 2}
 

@@ -15,13 +15,14 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-import utils.plan
+import utils.ledger.plan
 from utils.checks.core import CheckFailed, Verdict, answered, expect_close, expect_reasoning, guarded, run_check
 from utils.chunked_loss import _chunk_loss, chunked_cross_entropy
-from utils.estimate import shape_of
+from utils.ledger.gpt import shape_of
+from utils.ledger.plan import Choice, lora_parameters, memory_of, plan, zero_bytes_per_gpu
 from utils.measure import step_peak
 from utils.models import GPT, GPTConfig, gpt_batch
-from utils.plan import Choice, lora_parameters, make_optimizer, memory_of, plan, run_choice, zero_bytes_per_gpu
+from utils.plan_runs import make_optimizer, run_choice
 from utils.quiet import import_torchao
 
 LAB_CONFIG = GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256)
@@ -294,15 +295,15 @@ def eval_peaks(cfg: GPTConfig, choice: Choice, eval_batches: Sequence[int]) -> l
 
 def expect_plan(make_plan: Callable[[GPTConfig, int, int], tuple], cfg: GPTConfig, budget: int, effective: int,
                 steps: int = 4) -> None:
-    # the planner and its private search, while it has one (utils/plan.py is another helper's)
-    helpers = [h for h in (getattr(utils.plan, "_largest_micro_batch", None),) if callable(h)]
+    # the planner and its private search, while it has one (utils/ledger/plan.py is another helper's)
+    helpers = [h for h in (getattr(utils.ledger.plan, "_largest_micro_batch", None),) if callable(h)]
     make_plan = guarded(make_plan, plan, eval_peaks, *helpers)
     answer = make_plan(cfg, budget, effective)
     if not (isinstance(answer, tuple) and len(answer) == 2):
         raise CheckFailed("a tuple (Choice, eval_batch)", type(answer).__name__, "return (Choice(...), eval_batch).")
     choice, eval_batch = answer
     if not isinstance(choice, Choice):
-        raise CheckFailed("a utils.plan.Choice", type(choice).__name__, "return Choice(...).")
+        raise CheckFailed("a utils.ledger.plan.Choice", type(choice).__name__, "return Choice(...).")
     if choice.micro_batch * choice.accumulation != effective:
         raise CheckFailed(f"micro_batch x accumulation = {effective}", f"{choice.micro_batch} x {choice.accumulation}",
                           "keep the effective batch.")

@@ -8,12 +8,12 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import utils.parallel
-import utils.plan
-from utils.architectures import ArchitectureShape, shape_of_model
-from utils.budget import REPORTED_GIB, usable_budget
+import utils.ledger.parallel
+import utils.ledger.plan
 from utils.checks.core import CheckFailed, Verdict, guarded, run_check
-from utils.plan import Choice, costs, memory_of
+from utils.ledger.architectures import ArchitectureShape, shape_of_model
+from utils.ledger.budget import REPORTED_GIB, usable_budget
+from utils.ledger.plan import Choice, costs, memory_of
 
 GIB = 2**30
 SCHEDULES = ("gpipe", "1f1b")
@@ -39,7 +39,8 @@ def reference_stage(layer_bytes: float, n_layer: int, stages: int, micro_batches
 
 
 def expect_pipeline_stage(fn: Callable[..., Any], cases: Sequence[tuple[float, int, int, int, str]]) -> None:
-    fn = guarded(fn, reference_stage, utils.parallel.pipeline_layers_held, utils.parallel.activation_bytes_per_gpu)
+    fn = guarded(fn, reference_stage, utils.ledger.parallel.pipeline_layers_held,
+                 utils.ledger.parallel.activation_bytes_per_gpu)
     for layer_bytes, n_layer, stages, micro, schedule in cases:
         expected = reference_stage(layer_bytes, n_layer, stages, micro, schedule)
         got = fn(layer_bytes, n_layer, stages, micro, schedule)
@@ -78,7 +79,7 @@ def reference_params_per_rank(d_model: int, n_heads: int, n_kv_heads: int, ffn: 
 
 def expect_params_per_rank(fn: Callable[..., Any], cases: Sequence[tuple[int, int, int, int, int]],
                            bad: Sequence[tuple[int, int, int, int, int]]) -> None:
-    fn = guarded(fn, reference_params_per_rank, utils.plan.block_parameters, utils.plan.state_share)
+    fn = guarded(fn, reference_params_per_rank, utils.ledger.plan.block_parameters, utils.ledger.plan.state_share)
     for case in cases:
         expected = reference_params_per_rank(*case)
         got = _number(fn(*case), "a number of parameters")
@@ -113,7 +114,7 @@ MAX_IDLE = 0.2  # the pipeline's idle fraction a layout may have (exercise 10.1'
 
 def layout_traffic(shape: ArchitectureShape, choice: Choice) -> float:
     """Bytes one GPU moves per optimizer step under `choice`: data-parallel communication, tensor-parallel and
-    pipeline traffic (utils.plan.costs)."""
+    pipeline traffic (utils.ledger.plan.costs)."""
     c = costs(shape, choice)
     return c["communication bytes"] + c.get("tensor-parallel bytes", 0.0) + c.get("pipeline bytes", 0.0)
 
@@ -144,7 +145,7 @@ def reference_layout(model: str, n_gpus: int, budget_bytes: int, micro_batches: 
 
 
 def expect_layout(fn: Callable[..., Any], cases: Sequence[tuple[str, int, int, int]]) -> None:
-    fn = guarded(fn, reference_layout, layouts, utils.plan.plan)
+    fn = guarded(fn, reference_layout, layouts, utils.ledger.plan.plan)
     for model, n_gpus, budget, micro in cases:
         shape = shape_of_model(model, LAB_SEQ)
         best = reference_layout(model, n_gpus, budget, micro)
@@ -155,7 +156,7 @@ def expect_layout(fn: Callable[..., Any], cases: Sequence[tuple[str, int, int, i
                 raise CheckFailed(f"None: no allowed layout fits ({case})", repr(got)[:160])
             continue
         if not isinstance(got, Choice):
-            raise CheckFailed(f"a utils.plan.Choice ({case})", type(got).__name__,
+            raise CheckFailed(f"a utils.ledger.plan.Choice ({case})", type(got).__name__,
                               "return Choice(...), or None when no layout fits.")
         if got not in layouts(shape, n_gpus, micro):
             raise CheckFailed(f"one of the layouts the exercise allows ({case})", got.describe(),
@@ -198,7 +199,7 @@ def reference_zero_traffic(n_params: int, grad_bytes: int, stage: int, n_gpus: i
 
 
 def expect_zero_traffic(fn: Callable[..., Any], cases: Sequence[tuple[int, int, int, int, int]]) -> None:
-    fn = guarded(fn, reference_zero_traffic, utils.plan.costs)
+    fn = guarded(fn, reference_zero_traffic, utils.ledger.plan.costs)
     for case in cases:
         expected = reference_zero_traffic(*case)
         got = _number(fn(*case), "a number of bytes")

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-# the course's own value classes an answer may be made of (an exercise asks for a utils.plan.Choice)
-DATACLASSES = ("utils.plan:Choice",)
+# the course's own value classes an answer may be made of (an exercise asks for a utils.ledger.plan.Choice)
+DATACLASSES = ("utils.ledger.plan:Choice",)
 MAX_BYTES = 64 * 2**20  # one answer's tensors at most; beyond, the answer is not sent
 
 

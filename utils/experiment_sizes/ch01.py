@@ -4,14 +4,14 @@ Full size is GPT-2 small's shape (124M parameters, 1,024 tokens) trained with Ad
 gradients and Adam moments plus about 0.75 GiB of activations per sequence, so the batch follows the GPU's memory
 tier (4 sequences on a 16 GB T4). The other experiments (bytes per parameter of an MLP, activation curves, the
 term-by-term block, Korthikanti's block, the estimator's validation) stay small at every size: what they show does
-not need a large GPU. Footprints come from the course's analytic estimator (`utils.estimate.transformer_memory`)
+not need a large GPU. Footprints come from the course's analytic estimator (`utils.ledger.gpt.transformer_memory`)
 plus what it leaves out: the logits' FP32 gradient (4 bytes per token per vocabulary entry) and the multi-tensor
 optimizer's temporaries (bounded by two more copies of the parameters).
 """
 
 from __future__ import annotations
 
-from utils.estimate import TransformerShape, transformer_memory
+from utils.ledger.gpt import TransformerShape, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
 from utils.time_model import Work, gpt_step_flops, gpt_step_ops

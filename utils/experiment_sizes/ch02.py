@@ -7,7 +7,7 @@ the throughput table. `footprints` counts their bytes exactly (float32 tensors),
 
 from __future__ import annotations
 
-from utils.estimate import TransformerShape, transformer_memory
+from utils.ledger.gpt import TransformerShape, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
 from utils.time_model import Work, gpt_step_flops, gpt_step_ops, matmul_flops

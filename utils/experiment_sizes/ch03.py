@@ -14,7 +14,7 @@ copies) and the on-device sample.
 
 from __future__ import annotations
 
-from utils.estimate import TransformerShape, shape_of, transformer_memory
+from utils.ledger.gpt import TransformerShape, shape_of, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
 from utils.time_model import Work, gpt_step_flops, gpt_step_ops

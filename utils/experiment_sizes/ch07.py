@@ -3,14 +3,14 @@
 Full size is GPT-2 small's shape (124M parameters, 1,024 tokens) trained with AdamW in FP32, so that the snapshot
 and the allocator's views show a realistic step: about 2 GiB of weights, gradients and Adam moments, plus about
 0.8 GiB of activations per sequence. Footprints come from the course's analytic estimator
-(`utils.estimate.transformer_memory`) plus the two transients it leaves out: the logits' gradient (4 bytes per
+(`utils.ledger.gpt.transformer_memory`) plus the two transients it leaves out: the logits' gradient (4 bytes per
 token per vocabulary entry) and the multi-tensor optimizer's temporaries (bounded by two more copies of the
 parameters).
 """
 
 from __future__ import annotations
 
-from utils.estimate import TransformerShape, shape_of, transformer_memory
+from utils.ledger.gpt import TransformerShape, shape_of, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick, tier_budget
 from utils.time_model import Work, gpt_step_flops, gpt_step_ops

@@ -13,7 +13,7 @@ TransformerLayer's saved activations; attention through its fused kernel, withou
 
 from __future__ import annotations
 
-from utils.estimate import shape_of, transformer_memory
+from utils.ledger.gpt import shape_of, transformer_memory
 from utils.models import GPTConfig
 from utils.sizes import TIERS, pick
 from utils.time_model import Work, gpt_step_flops, gpt_step_ops, linear_stack_flops, linear_stack_ops, matmul_flops

@@ -3,15 +3,15 @@
 The measured experiments run a small utils.models.GPT (the ledger's checks and the combination table), a GPT-2
 built from a config with a LoRA adapter (the budgeted run), and torchao's optimizers and NF4 on CPU tensors (the
 FSDP2 run on gloo processes is chapter 10's, utils/experiment_sizes/ch10.py). `footprints(tier)` predicts each
-GPU experiment's peak with the chapter's own ledger (utils.plan.memory_of), with a margin of 1.5x for what the
+GPU experiment's peak with the chapter's own ledger (utils.ledger.plan.memory_of), with a margin of 1.5x for what the
 ledger leaves out (Hugging Face GPT-2 keeps a few more tensors than the course's GPT; temporaries).
 """
 
 from __future__ import annotations
 
-from utils.estimate import TransformerShape
+from utils.ledger.gpt import TransformerShape
+from utils.ledger.plan import Choice, memory_of
 from utils.models import GPTConfig
-from utils.plan import Choice, memory_of
 from utils.sizes import TIERS, pick
 from utils.time_model import Work, gpt_step_flops, gpt_step_ops
 

@@ -1,7 +1,7 @@
 """Chapter 10's sizes (capstone II: beyond one GPU).
 
 The one measured experiment is FSDP2 on 2 gloo processes, always on the CPU (an MLP stack, `utils.fsdp_demo`); the
-rest of the chapter is the ledger (`utils.plan`), bytes computed for 7B and 70B models, no tensor allocated. So
+rest of the chapter is the ledger (`utils.ledger.plan`), bytes computed for 7B and 70B models, no tensor allocated. So
 chapter 10 puts nothing on a GPU: `footprints` is empty and `work` lists no GPU work.
 """
 

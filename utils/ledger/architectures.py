@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from utils.ledger.gpt import MemoryEstimate
 from utils.validate import check_bool, check_choice, check_instance, check_int
 
 BYTES = {"fp32": 4, "bf16": 2}
@@ -152,6 +153,10 @@ def logits_bytes(tokens: int, vocab_size: int, precision: str = "fp32") -> int:
 def parameter_tensors(arch: Architecture) -> int:
     """How many parameter tensors the Hugging Face model holds (Adam keeps a 4-byte step counter for each)."""
     check_instance("arch", arch, Architecture)
+    return _parameter_tensors(arch)
+
+
+def _parameter_tensors(arch: Architecture) -> int:
     per_layer = 4 + 3 * arch.n_experts + 2 + (3 if arch.qkv_bias else 0) + (1 if arch.n_experts > 1 else 0)
     return 1 + arch.n_layer * per_layer + 1 + (0 if arch.tied_embeddings else 1)
 
@@ -175,9 +180,9 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     these terms are checked against real steps metered on a CPU (tests/test_real_steps.py), not against a trace.
     With `padding_mask` (a batch padded to one length) the T x T mask is kept: 2 B per element (4 in FP32).
     The kernel is SDPA's on a CPU or a GPU whose flash or memory-efficient kernel takes the dtype
-    (`utils.estimate.sdpa_attention` decides); where only the math kernel runs (BF16 below compute capability 8.0:
+    (`utils.ledger.gpt.sdpa_attention` decides); where only the math kernel runs (BF16 below compute capability 8.0:
     a T4, a V100) it keeps the T x T probabilities instead of the log-sum-exp: `attention="sdpa-math"` counts what
-    torch's math kernel keeps in BF16 (`utils.estimate.transformer_activation_bytes`: FP32 probabilities,
+    torch's math kernel keeps in BF16 (`utils.ledger.gpt.transformer_activation_bytes`: FP32 probabilities,
     4 x batch x heads x T^2, and FP32 q, k and v, here with K and V repeated to every head, 12 x n x d, where the
     fused kernel kept BF16 q, k and v at their own widths); measured for the course's GPT, a model of it here (no
     T4 run of these architectures is in this course).
@@ -207,6 +212,14 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     check_choice("attention", attention, ("sdpa", "sdpa-math"))
     if attention == "sdpa-math" and precision == "fp32":
         raise ValueError("attention='sdpa-math' is modelled in BF16 (the math kernel runs FP32 only where forced)")
+    return _activation_bytes(arch, batch, seq_len, precision, checkpointing=checkpointing, padding_mask=padding_mask,
+                             attention=attention)
+
+
+def _activation_parts(arch: Architecture, batch: int, seq_len: int, precision: str, *, checkpointing: bool,
+                      padding_mask: bool, attention: str) -> tuple[int, int]:
+    """Bytes one layer saves and bytes saved outside the layers: `activation_bytes` is n_layer x the first +
+    the second."""
     d, f, h, v, t, kv = arch.d_model, arch.d_ff, arch.n_head, arch.vocab_size, seq_len, arch.kv_dim
     n = batch * t
     per_token, per_kv, per_ff, mask, outside_d, rotary = {"bf16": (20, 4, 8, 2, 8, 4),
@@ -223,11 +236,23 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
                                                                               arch.experts_per_token)
         per_layer += n * k * (2 * e * d + 4 * e * f + 32) + n * (4 * arch.n_experts + 16) - n * (c * d + 4 * c * f)
     if precision == "bf16-mixed":  # autocast's BF16 copies of the matrices (biases and the embedding table: none)
-        per_layer += 2 * ArchitectureShape(arch, seq_len).cast_parameters
+        per_layer += 2 * _cast_parameters(arch)
         outside += 2 * d * v
     if checkpointing:
         per_layer = n * d * (2 if precision == "bf16" else 4)
+    return per_layer, outside
+
+
+def _activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: str, *, checkpointing: bool,
+                      padding_mask: bool, attention: str) -> int:
+    per_layer, outside = _activation_parts(arch, batch, seq_len, precision, checkpointing=checkpointing,
+                                           padding_mask=padding_mask, attention=attention)
     return arch.n_layer * per_layer + outside
+
+
+def _cast_parameters(a: Architecture) -> int:
+    mlp = 3 * a.d_model * a.d_ff if a.n_experts == 1 else a.d_model * a.n_experts
+    return 2 * a.d_model * a.d_model + 2 * a.d_model * a.kv_dim + mlp
 
 
 def lora_parameters_of(arch: Architecture, rank: int, targets: str = "attention") -> int:
@@ -237,6 +262,10 @@ def lora_parameters_of(arch: Architecture, rank: int, targets: str = "attention"
     check_instance("arch", arch, Architecture)
     check_int("rank", rank, minimum=1)
     check_choice("targets", targets, ("attention", "attention+mlp"))
+    return _lora_parameters_of(arch, rank, targets)
+
+
+def _lora_parameters_of(arch: Architecture, rank: int, targets: str = "attention") -> int:
     d, kv = arch.d_model, arch.kv_dim
     per_layer = rank * (2 * d + 2 * (d + kv) + 2 * d)
     if targets == "attention+mlp":
@@ -246,8 +275,8 @@ def lora_parameters_of(arch: Architecture, rank: int, targets: str = "attention"
 
 @dataclass(frozen=True)
 class ArchitectureShape:
-    """An Architecture trained at a sequence length: what `utils.plan`'s ledger takes for a real model (as it
-    takes a `utils.estimate.TransformerShape` for the course's GPT). `name` labels plans and figures."""
+    """An Architecture trained at a sequence length: what `utils.ledger.plan`'s ledger takes for a real model (as it
+    takes a `utils.ledger.gpt.TransformerShape` for the course's GPT). `name` labels plans and figures."""
 
     arch: Architecture
     seq_len: int
@@ -286,9 +315,7 @@ class ArchitectureShape:
     def cast_parameters(self) -> int:
         """Parameters of one layer that autocast copies to BF16: the attention's matrices and a dense MLP's (an MoE
         layer: the router's; transformers' grouped_mm experts are not autocast-enabled, see activation_bytes)."""
-        a = self.arch
-        mlp = 3 * a.d_model * a.d_ff if a.n_experts == 1 else a.d_model * a.n_experts
-        return 2 * a.d_model * a.d_model + 2 * a.d_model * a.kv_dim + mlp
+        return _cast_parameters(self.arch)
 
     @property
     def adapters_per_token(self) -> dict[str, int]:
@@ -302,66 +329,13 @@ def shape_of_model(name: str, seq_len: int | None = None) -> ArchitectureShape:
     return ArchitectureShape(ARCHITECTURES[name], 4096 if seq_len is None else seq_len, name)
 
 
-def architecture_memory(arch: Architecture, batch: int, seq_len: int) -> Any:
-    """One training step's parts (`utils.estimate.MemoryEstimate`) of `arch` in pure BF16 with torch's AdamW, as
+def architecture_memory(arch: Architecture, batch: int, seq_len: int) -> MemoryEstimate:
+    """One training step's parts (`MemoryEstimate`) of `arch` in pure BF16 with torch's AdamW, as
     `utils.estimate.estimate_memory` counts them: BF16 weights and gradients, two BF16 moments plus a 4-byte step
     per tensor, and `activation_bytes`. The total is the sum of the parts (the traced total is a peak)."""
-    from utils.estimate import MemoryEstimate
-
     acts = activation_bytes(arch, batch, seq_len)
     n = arch.n_params
-    states = 4 * n + 4 * parameter_tensors(arch)
+    states = 4 * n + 4 * _parameter_tensors(arch)
     return MemoryEstimate(2 * n, 2 * n, states, acts, 0, 4 * n + states + acts)
 
 
-def hf_model_on_meta(arch_or_config: Architecture | dict[str, Any], **overrides: Any) -> Any:
-    """A transformers causal-LM built from a config on the meta device (no memory), SDPA attention; `overrides`
-    replace config fields (e.g. a smaller num_hidden_layers)."""
-    import torch
-    import transformers
-
-    if isinstance(arch_or_config, Architecture):
-        raise TypeError("pass the config dict (HF_CONFIGS[name]): an Architecture does not name its model type")
-    if not isinstance(arch_or_config, dict):
-        raise TypeError(f"arch_or_config must be a config dict, got {type(arch_or_config).__name__}")
-    config = transformers.AutoConfig.for_model(**(arch_or_config | overrides), attn_implementation="sdpa")
-    with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(config)
-
-
-def traced_memory(config: dict[str, Any], batch: int, seq_len: int, *, precision: str = "bf16",
-                  checkpointing: bool = False, optimizer: str = "adamw") -> Any:
-    """One training step of the Hugging Face model of `config` (a config dict: HF_CONFIGS[name]) traced on fake
-    tensors (`utils.estimate.estimate_memory`), fast: the model is built and traced with one layer and with two,
-    and every part is extrapolated to the config's layers as x1 + (L - 1)(x2 - x1), which is exact for identical
-    layers (tests/test_estimate_fast.py). Building the 32 layers of an 8B model on the meta device alone took
-    longer than this whole estimate. The trace keeps what transformers keeps under fake tensors (a T x T mask and K
-    and V repeated to every head, see `activation_bytes`): a second witness beside the real steps."""
-    import torch
-    from torch import nn
-
-    from utils.estimate import MemoryEstimate, estimate_memory
-
-    if not isinstance(config, dict):
-        raise TypeError(f"config must be a config dict (HF_CONFIGS[name]), got {type(config).__name__}")
-    layers = check_int("config['num_hidden_layers']", config.get("num_hidden_layers"), minimum=1)
-    check_int("batch", batch, minimum=1)
-    check_int("seq_len", seq_len, minimum=1)
-    check_bool("checkpointing", checkpointing)
-
-    class LossOf(nn.Module):
-        def __init__(self, model: nn.Module) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            return self.model(input_ids=ids, labels=labels, use_cache=False).loss
-
-    ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
-    parts = []
-    for k in (1, 2):
-        model = LossOf(hf_model_on_meta(config, num_hidden_layers=k,
-                                        max_position_embeddings=max(seq_len, config.get("max_position_embeddings", 0))))
-        parts.append([v for _, v in estimate_memory(model, (ids, ids), optimizer=optimizer, precision=precision,
-                                                    checkpointing=checkpointing).rows()])
-    return MemoryEstimate(*[one + (layers - 1) * (two - one) for one, two in zip(*parts, strict=True)])

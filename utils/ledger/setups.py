@@ -14,7 +14,7 @@ sharded over `n_gpus` data-parallel ranks where the setup shards.
 - Paged optimizer states (bitsandbytes' paged AdamW): the states live in CUDA unified memory and page out to the
   host under pressure: their GPU bytes at the peak are at most the states, at least 0 (`paged=True` counts them
   on the host).
-- The planner's own regimes (`utils.plan`, chapter 09) read their bytes from here too: torch.amp's FP32 weights,
+- The planner's own regimes (`utils.ledger.plan`, chapter 09) read their bytes from here too: torch.amp's FP32 weights,
   gradients and Adam (16), pure BF16 with AdamW's moments in BF16 (8), FP32 LoRA adapters, and ZeRO-Offload (BF16
   weights on the GPU; FP32 gradient buffer, master weights and Adam on the host).
 - Activation offload (`torch.autograd.graph.save_on_cpu`): saved activations go to pinned host memory; the GPU
@@ -67,7 +67,7 @@ SETUPS: dict[str, Setup] = {
     "frozen fp32 base": Setup(4, 0, 0, 0, "FP32 weights 4 (frozen: no gradient, no state)"),
     "frozen bf16 base": Setup(2, 0, 0, 0, "BF16 weights 2 (frozen)"),
     "bf16 adapters + fp32 adam": Setup(2, 2, 0, 8, "BF16 adapter weights 2, BF16 grads 2, FP32 Adam 8"),
-    # what utils.plan's regimes keep (chapter 09); the ZeRO stages shard them as the planner's `sharding` says
+    # what utils.ledger.plan's regimes keep (chapter 09); the ZeRO stages shard them as the planner's `sharding` says
     "torch.amp (fp32 weights, adamw)": Setup(4, 4, 0, 8, "FP32 weights 4, FP32 grads 4, FP32 Adam 8 (autocast "
                                                          "computes in BF16; the same bytes in FP32 training)"),
     "pure bf16 (adamw in bf16)": Setup(2, 2, 0, 4, "BF16 weights 2, BF16 grads 2, AdamW's moments in BF16 4"),
@@ -81,6 +81,10 @@ SETUPS: dict[str, Setup] = {
 def setup_lines(setup: str) -> dict[str, float]:
     """A named setup's bytes per parameter, line by line (weights, gradients, master, moments)."""
     check_choice("setup", setup, tuple(SETUPS))
+    return _setup_lines(setup)
+
+
+def _setup_lines(setup: str) -> dict[str, float]:
     return {k: float(getattr(SETUPS[setup], k)) for k in LINES}
 
 

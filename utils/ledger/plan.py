@@ -4,15 +4,15 @@ Chapter 09 builds this logic cell by cell in the notebook (a budget ledger, one 
 its formula); this module packages the same functions for the widget and the lab, and tests/test_ch09_ledger.py
 checks that the notebook's functions and these give the same bytes on many inputs.
 
-Per GPU, for a `TransformerShape` (utils.estimate: the course's GPT) or an `ArchitectureShape` (utils.architectures:
-a real model from its Hugging Face config, with grouped-query attention, a gated MLP, mixture-of-experts layers) at
-a micro-batch, the ledger counts (the model-state bytes per parameter read from utils.setups, the course's one
-table of them; a Choice may also name Megatron-LM's or DeepSpeed's setup there):
+Per GPU, for a `TransformerShape` (utils.ledger.gpt: the course's GPT) or an `ArchitectureShape`
+(utils.ledger.architectures: a real model from its Hugging Face config, with grouped-query attention, a gated MLP,
+mixture-of-experts layers) at a micro-batch, the ledger counts (the model-state bytes per parameter read from
+utils.ledger.setups, the course's one table of them; a Choice may also name Megatron-LM's or DeepSpeed's setup there):
 - weights: FP32 under torch.amp (`bf16-mixed`: FP32 weights, ops cast per call), BF16 in pure BF16 and for a
   frozen LoRA base, NF4 (4 bits plus block scales, 0.516 B/param) for a QLoRA base's block matrices;
 - gradients and optimizer states of the trainable parameters only: AdamW 8 B/param of FP32 state (4 in pure
   BF16), torchao's AdamW8bit 2 x (1 + 4/256) and AdamW4bit 2 x (0.5 + 4/128) B/param (block-wise scales);
-- saved activations: chapter 01's formula (`utils.estimate.transformer_activation_bytes`), with the residual
+- saved activations: chapter 01's formula (`utils.ledger.gpt.transformer_activation_bytes`), with the residual
   stream in BF16 for a BF16 base and the logits up-cast to FP32 for the loss (as Hugging Face's loss does);
 - backward's transients: the FP32 gradient of the logits (tokens x vocabulary x 4 B) and, under
   checkpointing, the one block whose activations are recomputed; LoRA's low-rank intermediates;
@@ -42,8 +42,9 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from utils.architectures import ArchitectureShape, activation_bytes, lora_parameters_of
-from utils.budget import (  # noqa: F401  (re-exported: the planner's budget is the course's one budget)
+from utils.ledger.architectures import ArchitectureShape, _lora_parameters_of
+from utils.ledger.architectures import _activation_parts as arch_activation_parts
+from utils.ledger.budget import (  # noqa: F401  (re-exported: the planner's budget is the course's one budget)
     CUDA_CONTEXT_BYTES,
     FRAGMENTATION,
     GIB,
@@ -53,8 +54,9 @@ from utils.budget import (  # noqa: F401  (re-exported: the planner's budget is 
     gpu_budget,
     usable_budget,
 )
-from utils.estimate import TransformerShape, sdpa_attention, transformer_activation_bytes
-from utils.setups import SETUPS, setup_lines
+from utils.ledger.gpt import PRESETS, MemoryEstimate, TransformerShape, _sdpa_attention
+from utils.ledger.gpt import _activation_parts as gpt_activation_parts
+from utils.ledger.setups import SETUPS, _setup_lines
 from utils.validate import check_bool, check_choice, check_instance, check_int, check_number
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
@@ -63,9 +65,10 @@ ALL_OPTIMIZERS = (*OPTIMIZERS, "adam", "sgd-momentum", "sgd")  # also ledgered (
 SHARDING = ("none", "zero1", "zero2", "zero3")
 LORA_TARGETS = ("attention", "attention+mlp")
 
-# Where the ledger's model-state bytes per parameter come from (utils.setups, the one table of them): the setup of
-# each precision, of LoRA's frozen base and FP32 adapters, of ZeRO-Offload, and the full-training setups a Choice
-# may name instead of its precision's (Megatron-LM's and DeepSpeed's, QLoRA's 12 B/param baseline).
+
+# Where the ledger's model-state bytes per parameter come from (utils.ledger.setups, the one table of them): the
+# setup of each precision, of LoRA's frozen base and FP32 adapters, of ZeRO-Offload, and the full-training setups a
+# Choice may name instead of its precision's (Megatron-LM's and DeepSpeed's, QLoRA's 12 B/param baseline).
 PRECISION_SETUPS = {"fp32": "torch.amp (fp32 weights, adamw)", "bf16-mixed": "torch.amp (fp32 weights, adamw)",
                     "bf16": "pure bf16 (adamw in bf16)"}
 LORA_BASE_SETUP, ADAPTER_SETUP, OFFLOAD_SETUP = ("frozen bf16 base", "fp32 adapters + adamw",
@@ -109,6 +112,10 @@ def optimizer_state_bytes_per_param(optimizer: str, param_bytes: int = 4) -> flo
     Adam as AdamW, SGD with momentum one buffer, plain SGD none."""
     check_choice("optimizer", optimizer, ALL_OPTIMIZERS)
     check_choice("param_bytes", param_bytes, (2, 4))
+    return _optimizer_state_bytes_per_param(optimizer, param_bytes)
+
+
+def _optimizer_state_bytes_per_param(optimizer: str, param_bytes: int = 4) -> float:
     if optimizer == "sgd":
         return 0.0
     if optimizer == "sgd-momentum":
@@ -127,17 +134,21 @@ def lora_parameters(shape: Shape, rank: int, targets: str = "attention", fused_q
     """Trainable parameters of rank-`rank` LoRA adapters: an adapter on a (d_in x d_out) matrix adds
     rank x (d_in + d_out). "attention": q, k, v and the output projection (4 d x d matrices, or with
     `fused_qkv` one d x 3d matrix and the d x d output); "attention+mlp" adds the MLP's d x 4d and 4d x d.
-    A real architecture (ArchitectureShape): `utils.architectures.lora_parameters_of` (grouped-query k and v,
+    A real architecture (ArchitectureShape): `utils.ledger.architectures.lora_parameters_of` (grouped-query k and v,
     the gated MLP's three matrices per expert)."""
     check_instance("shape", shape, SHAPES)
     check_int("rank", rank, minimum=1)
     check_choice("targets", targets, LORA_TARGETS)
     check_bool("fused_qkv", fused_qkv)
+    return _lora_parameters(shape, rank, targets, fused_qkv)
+
+
+def _lora_parameters(shape: Shape, rank: int, targets: str = "attention", fused_qkv: bool = False) -> int:
     if isinstance(shape, ArchitectureShape):
         if fused_qkv:
             raise ValueError("fused_qkv describes the course's GPT (one d x 3d matrix); a real architecture keeps "
                              "q, k and v apart")
-        return lora_parameters_of(shape.arch, rank, targets)
+        return _lora_parameters_of(shape.arch, rank, targets)
     d = shape.d_model
     per_layer = rank * (d + 3 * d) + rank * (d + d) if fused_qkv else 4 * rank * (d + d)
     if targets == "attention+mlp":
@@ -162,7 +173,7 @@ class Choice:
     offload_optimizer: bool = False  # ZeRO-Offload: FP32 master weights, Adam and the step on the host
     offload_parameters: bool = False  # ZeRO-Infinity / FSDP2 CPUOffloadPolicy: weights on the host too
     chunked_loss: int = 0  # tokens per chunk of a chunked linear-cross-entropy (0: the whole logits at once)
-    setup: str = ""  # a named full-training setup (TRAINING_SETUPS, utils.setups) instead of the precision's own
+    setup: str = ""  # a named full-training setup (TRAINING_SETUPS, utils.ledger.setups) instead of the precision's own
     tensor_parallel: int = 1  # t: each layer's matrices split over t GPUs (Megatron-LM), the ranks of one replica
     sequence_parallel: bool = False  # the layers' rest (norms, their inputs) split over the t ranks too
     pipeline_stages: int = 1  # p: the layers split into p consecutive stages, one per GPU, 1F1B schedule
@@ -222,11 +233,11 @@ class Choice:
     def attention(self) -> str:
         """SDPA's kernel for this run's attention ("sdpa": a fused kernel; "sdpa-math": the math kernel, which
         keeps the T x T probabilities), from the device, the precision the layers compute in and `capability`
-        (`utils.estimate.sdpa_attention`, read from torch's sdp_utils.cpp; an Apple GPU always runs the math kernel
+        (`utils.ledger.gpt.sdpa_attention`, read from torch's sdp_utils.cpp; an Apple GPU always runs the math kernel
         when training: attention.cpp)."""
         if self.device == "mps":
             return "sdpa-math"
-        return sdpa_attention(_compute_precision(self.regime), self.capability if self.device == "cuda" else None)
+        return _sdpa_attention(_compute_precision(self.regime), self.capability if self.device == "cuda" else None)
 
     @property
     def regime(self) -> str:
@@ -265,6 +276,10 @@ def block_parameters(shape: Shape) -> int:
     """Parameters of one transformer block: 12 d^2 in matrices plus 13 d in biases and LayerNorms (a real
     architecture: its layer's, every expert included)."""
     check_instance("shape", shape, SHAPES)
+    return _block_parameters(shape)
+
+
+def _block_parameters(shape: Shape) -> int:
     if isinstance(shape, ArchitectureShape):
         return shape.block_parameters
     return 12 * shape.d_model**2 + 13 * shape.d_model
@@ -287,18 +302,23 @@ def activation_terms(shape: Shape, micro_batch: int, regime: str, checkpointing:
     - autocast cache: under torch.amp with checkpointing, the BF16 copies of every block's weights and biases
       stay in autocast's cache until the forward's region exits (checkpointing frees what the blocks save, not
       the cache); `step_moments` places it at the forward's end, where backward's transients are not yet born.
-    With `chunk_tokens` > 0 (chunked linear-cross-entropy, utils.chunked_loss) the loss keeps no FP32 logits
-    (tokens x vocabulary x 4 B leave the saved line) and backward holds one chunk's recomputed logits and their
-    gradients (`CHUNK_LOSS_TENSORS` x chunk x vocabulary x 4 B, and the hidden states' FP32 gradient) instead.
-    A real architecture (ArchitectureShape) saves `utils.architectures.activation_bytes` (Hugging Face's loss keeps
-    FP32 log-probabilities in every regime: nothing to add), and autocast copies its layers' `cast_parameters`.
-    `attention` is SDPA's kernel (`Choice.attention`): "sdpa-math" adds the math kernel's probabilities."""
+    With `chunk_tokens` > 0 (chunked linear-cross-entropy, utils.chunked_loss) the loss keeps no FP32 logits (tokens x
+    vocabulary x 4 B leave the saved line) and backward holds one chunk's recomputed logits and their gradients
+    (`CHUNK_LOSS_TENSORS` x chunk x vocabulary x 4 B, and the hidden states' FP32 gradient) instead. A real architecture
+    (ArchitectureShape) saves `utils.ledger.architectures.activation_bytes` (Hugging Face's loss keeps FP32
+    log-probabilities in every regime: nothing to add), and autocast copies its layers' `cast_parameters`. `attention`
+    is SDPA's kernel (`Choice.attention`): "sdpa-math" adds the math kernel's probabilities."""
     check_instance("shape", shape, SHAPES)
     check_int("micro_batch", micro_batch, minimum=1)
     check_bool("checkpointing", checkpointing)
     check_int("chunk_tokens", chunk_tokens, minimum=0)
     check_choice("regime", regime, ("fp32", "bf16-mixed", "bf16", "offload", "bf16-base", "nf4-base"))
     check_choice("attention", attention, ("sdpa", "sdpa-math"))
+    return _activation_terms(shape, micro_batch, regime, checkpointing, chunk_tokens=chunk_tokens, attention=attention)
+
+
+def _activation_terms(shape: Shape, micro_batch: int, regime: str, checkpointing: bool, *,
+                     chunk_tokens: int = 0, attention: str = "sdpa") -> dict[str, int]:
     timeline = _activation_timeline(shape, micro_batch, regime, checkpointing, chunk_tokens, attention)
     return {k: timeline[k] for k in ("saved activations", "recomputed block", "logits gradient (FP32)")} | {
         "autocast weight cache": timeline["autocast copies"]}
@@ -320,22 +340,18 @@ def _activation_timeline(shape: Shape, micro_batch: int, regime: str, checkpoint
     tokens_x_vocab = tokens * shape.vocab_size
     if isinstance(shape, ArchitectureShape):
         arch, t = shape.arch, shape.seq_len
-        saved = activation_bytes(arch, micro_batch, t, precision, checkpointing=checkpointing, attention=attention)
-        per_block, layer = (activation_bytes(replace(arch, n_layer=2), micro_batch, t, precision, checkpointing=ck,
-                                             attention=attention)
-                            - activation_bytes(replace(arch, n_layer=1), micro_batch, t, precision, checkpointing=ck,
-                                               attention=attention) for ck in (False, checkpointing))
+        (per_block, outside), (layer, _) = (arch_activation_parts(arch, micro_batch, t, precision, checkpointing=ck,
+                                                                  padding_mask=False, attention=attention)
+                                            for ck in (False, checkpointing))
+        saved = shape.n_layer * layer + outside
         cast_per_block = shape.cast_parameters
     else:
-        saved = transformer_activation_bytes(shape, micro_batch, precision=precision, checkpointing=checkpointing,
-                                             attention=attention)
+        (per_block, outside), (layer, _) = (gpt_activation_parts(shape, micro_batch, precision=precision,
+                                                                 checkpointing=ck, attention=attention, dropout=0.0)
+                                            for ck in (False, checkpointing))
+        saved = shape.n_layer * layer + outside
         if precision == "bf16":
             saved += 2 * tokens_x_vocab  # FP32 logits for the loss instead of BF16 ones
-        one, two = replace(shape, n_layer=1), replace(shape, n_layer=2)
-        per_block, layer = (transformer_activation_bytes(two, micro_batch, precision=precision, checkpointing=ck,
-                                                         attention=attention)
-                            - transformer_activation_bytes(one, micro_batch, precision=precision, checkpointing=ck,
-                                                           attention=attention) for ck in (False, checkpointing))
         cast_per_block = 12 * shape.d_model**2 + 9 * shape.d_model
     logprobs, loss_backward = 4 * tokens_x_vocab, 2 * 4 * tokens_x_vocab
     loss_forward = (4 if precision == "fp32" else 6) * tokens_x_vocab
@@ -364,19 +380,23 @@ def _activation_timeline(shape: Shape, micro_batch: int, regime: str, checkpoint
 def _moments_bytes(lines: dict[str, float], optimizer: str) -> float:
     """Bytes per parameter of `optimizer`'s state in a setup whose AdamW moments take lines["moments"] (their
     element size is half of it: AdamW in FP32 8, in BF16 4)."""
-    return optimizer_state_bytes_per_param(optimizer, int(lines["moments"] // 2))
+    return _optimizer_state_bytes_per_param(optimizer, int(lines["moments"] // 2))
 
 
 def memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
     """The budget ledger: bytes per GPU of each part of one training step under `choice`, for the course's GPT
-    (TransformerShape) or a real architecture (utils.architectures.ArchitectureShape), at the step's peak: the
+    (TransformerShape) or a real architecture (utils.ledger.architectures.ArchitectureShape), at the step's peak: the
     lines of the moment of `step_moments` that holds the most (the same line names at every moment, 0 where a line
     holds nothing then). With tensor or pipeline parallelism, the most loaded GPU's (`model_parallel_terms`), each
     line at its largest over the step: an upper bound, since no run of this course can meter that timeline."""
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
+    return _memory_of(shape, choice)
+
+
+def _memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
     if choice.tensor_parallel > 1 or choice.pipeline_stages > 1:
-        return model_parallel_terms(shape, choice, _largest_lines(_moments(shape, choice)))
+        return _model_parallel_terms(shape, choice, _largest_lines(_moments(shape, choice)))
     return _peak_moment(_moments(shape, choice))[1]
 
 
@@ -438,8 +458,8 @@ def _zero_offload(choice: Choice) -> bool:
 
 def _sharded_amp(choice: Choice) -> bool:
     """torch.amp under ZeRO-1/2 trains as DeepSpeed's BF16 mode does: BF16 weights on every rank, the FP32 master
-    weights sharded with the gradients and Adam's moments (utils.setups' "deepspeed zero-2 bf16"), not FP32 weights
-    replicated (FSDP, ZeRO-3, shards them too)."""
+    weights sharded with the gradients and Adam's moments (utils.ledger.setups' "deepspeed zero-2 bf16"), not FP32
+    weights replicated (FSDP, ZeRO-3, shards them too)."""
     return choice.precision == "bf16-mixed" and choice.sharding in ("zero1", "zero2") and not (
         choice.lora_rank or choice.offload_optimizer or choice.setup)
 
@@ -447,12 +467,12 @@ def _sharded_amp(choice: Choice) -> bool:
 def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
     """step_moments' lines, on one GPU of one model replica (data parallelism and ZeRO over `choice.n_gpus`)."""
     n, d, n_gpus = shape.n_params, shape.d_model, choice.n_gpus
-    block = block_parameters(shape)
+    block = _block_parameters(shape)
     regime = choice.regime
     staging = norm_copy = 0  # ZeRO-Offload's buffers (below)
     if choice.lora_rank:
-        trainable = lora_parameters(shape, choice.lora_rank, choice.lora_targets)
-        base, adapters = setup_lines(LORA_BASE_SETUP), setup_lines(ADAPTER_SETUP)
+        trainable = _lora_parameters(shape, choice.lora_rank, choice.lora_targets)
+        base, adapters = _setup_lines(LORA_BASE_SETUP), _setup_lines(ADAPTER_SETUP)
         if choice.quantize_base:
             matrices = shape.n_layer * (shape.matrix_parameters if isinstance(shape, ArchitectureShape)
                                         else 12 * d * d)
@@ -462,25 +482,25 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
         weights += adapters["weights"] * trainable
         grads = adapters["gradients"] * trainable
         states = (adapters["master"] + _moments_bytes(adapters, choice.optimizer)) * trainable
-        states += optimizer_state_overhead(shape, choice, _moments_bytes(adapters, choice.optimizer))
+        states += _optimizer_state_overhead(shape, choice, _moments_bytes(adapters, choice.optimizer))
         moment_size = _moments_bytes(adapters, choice.optimizer) / 2
     elif choice.offload_optimizer:  # BF16 weights on the GPU; DeepSpeed's BF16 gradient bucket, and the block whose
         trainable = 0  # gradients backward is producing before they are copied into it; the step runs on the host
-        weights, states, moment_size = setup_lines(OFFLOAD_SETUP)["weights"] * n, 0, 0.0
+        weights, states, moment_size = _setup_lines(OFFLOAD_SETUP)["weights"] * n, 0, 0.0
         grads = 2 * (REDUCE_BUCKET_ELEMENTS + block)
         if choice.offload_parameters:  # only the block in use and the prefetched next one
             weights = 2 * 2 * max(block, shape.vocab_size * d)
         elif _zero_offload(choice):  # the buffers of REDUCE_BUCKET_ELEMENTS' comment, around the largest parameter
-            largest = max(parameter_tensor_sizes(shape, choice))
+            largest = max(_parameter_tensor_sizes(shape, choice))
             grads += 2 * largest if largest > REDUCE_BUCKET_ELEMENTS else 0
             staging, norm_copy = 2 * largest, 11 * largest
     else:
         trainable = n
-        lines = setup_lines(choice.setup or ("deepspeed zero-2 bf16" if _sharded_amp(choice)
+        lines = _setup_lines(choice.setup or ("deepspeed zero-2 bf16" if _sharded_amp(choice)
                                              else PRECISION_SETUPS[choice.precision]))
         weights, grads = lines["weights"] * n, lines["gradients"] * n
         master, states = lines["master"] * n, _moments_bytes(lines, choice.optimizer) * n
-        states += optimizer_state_overhead(shape, choice, _moments_bytes(lines, choice.optimizer))
+        states += _optimizer_state_overhead(shape, choice, _moments_bytes(lines, choice.optimizer))
         moment_size = _moments_bytes(lines, choice.optimizer) / 2
         if _sharded_amp(choice):
             regime = "bf16"  # DeepSpeed's BF16 mode runs the module in BF16
@@ -494,7 +514,7 @@ def _moments(shape: Shape, choice: Choice) -> dict[str, dict[str, int]]:
     if choice.sharding == "zero3" and not choice.offload_parameters:  # (with parameter offload the weights
         weights /= n_gpus  # line already is the blocks in use, gathered: they are not counted twice)
         gathered = 2 * 2 * block  # the all-gathered block and the prefetched next one, in BF16
-    acts = activation_terms(shape, choice.micro_batch, regime, choice.checkpointing,
+    acts = _activation_terms(shape, choice.micro_batch, regime, choice.checkpointing,
                             chunk_tokens=choice.chunked_loss, attention=choice.attention)
     timeline = _activation_timeline(shape, choice.micro_batch, regime, choice.checkpointing, choice.chunked_loss,
                                     choice.attention)
@@ -567,6 +587,10 @@ def parameter_tensor_sizes(shape: Shape, choice: Choice) -> list[int]:
     attention, experts, router, norms and head), or under LoRA each adapter's A (r x d_in) and B (d_out x r)."""
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
+    return _parameter_tensor_sizes(shape, choice)
+
+
+def _parameter_tensor_sizes(shape: Shape, choice: Choice) -> list[int]:
     d, v, r = shape.d_model, shape.vocab_size, choice.lora_rank
     if isinstance(shape, ArchitectureShape):
         a = shape.arch
@@ -600,9 +624,13 @@ def optimizer_state_overhead(shape: Shape, choice: Choice, state_per_param: floa
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
     check_number("state_per_param", state_per_param, minimum=0.0)
+    return _optimizer_state_overhead(shape, choice, state_per_param)
+
+
+def _optimizer_state_overhead(shape: Shape, choice: Choice, state_per_param: float) -> float:
     if choice.optimizer in ("sgd", "sgd-momentum"):
         return 0.0
-    sizes = parameter_tensor_sizes(shape, choice)
+    sizes = _parameter_tensor_sizes(shape, choice)
     extra = 4.0 * len(sizes)
     if choice.optimizer in _QUANTIZED:
         block, table = _QUANTIZED[choice.optimizer]
@@ -627,13 +655,7 @@ def _step_temporary_bytes(shape: Shape, choice: Choice, trainable: float, moment
     if choice.optimizer in ("adamw", "adam"):
         return moment_size * trainable
     shards = choice.n_gpus if choice.sharding != "none" else 1  # each rank steps its shard of every tensor
-    return 6 * 4 * max(parameter_tensor_sizes(shape, choice)) / shards
-
-
-def _with_layers(shape: Shape, n_layer: int) -> Shape:
-    if isinstance(shape, ArchitectureShape):
-        return replace(shape, arch=replace(shape.arch, n_layer=n_layer))
-    return replace(shape, n_layer=n_layer)
+    return 6 * 4 * max(_parameter_tensor_sizes(shape, choice)) / shards
 
 
 def replicated_layer_bytes(shape: Shape, micro_batch: int, precision: str) -> int:
@@ -644,6 +666,10 @@ def replicated_layer_bytes(shape: Shape, micro_batch: int, precision: str) -> in
     check_instance("shape", shape, SHAPES)
     check_int("micro_batch", micro_batch, minimum=1)
     check_choice("precision", precision, ("fp32", "bf16-mixed", "bf16"))
+    return _replicated_layer_bytes(shape, micro_batch, precision)
+
+
+def _replicated_layer_bytes(shape: Shape, micro_batch: int, precision: str) -> int:
     n, d = micro_batch * shape.seq_len, shape.d_model
     a = 2 if precision == "bf16" else 4  # the residual stream
     c = 4 if precision == "fp32" else 2  # the compute dtype
@@ -661,10 +687,14 @@ def state_share(shape: Shape, choice: Choice) -> float:
     stage, the head on the last; a tied table on both), divided by t. 1.0 without either."""
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
+    return _state_share(shape, choice)
+
+
+def _state_share(shape: Shape, choice: Choice) -> float:
     t, p = choice.tensor_parallel, choice.pipeline_stages
     if t == p == 1:
         return 1.0
-    layers = shape.n_layer * block_parameters(shape)
+    layers = shape.n_layer * _block_parameters(shape)
     tied = isinstance(shape, ArchitectureShape) and shape.arch.tied_embeddings
     outer = shape.n_params - layers
     return (layers / p + outer * (1 if tied or p == 1 else 0.5)) / shape.n_params / t
@@ -673,7 +703,7 @@ def state_share(shape: Shape, choice: Choice) -> float:
 def model_parallel_terms(shape: Shape, choice: Choice, parts: dict[str, int]) -> dict[str, int]:
     """The ledger `parts` of one whole replica on one GPU, spread over `choice.tensor_parallel` (t) and
     `choice.pipeline_stages` (p) GPUs; the most loaded stage's lines (the first or the last). Following Korthikanti
-    et al. 2022 (arXiv:2205.05198, section 4; utils.parallel): a layer's saved activations become
+    et al. 2022 (arXiv:2205.05198, section 4; utils.ledger.parallel): a layer's saved activations become
     replicated + rest / t under tensor parallelism and all / t with sequence parallelism (a checkpointed layer's
     input: replicated, or / t with sequence parallelism); under 1F1B the first stage holds min(p, micro-batches) in
     flight through its L/p layers (L layers' worth), the interleaved schedule with m chunks
@@ -686,17 +716,19 @@ def model_parallel_terms(shape: Shape, choice: Choice, parts: dict[str, int]) ->
     check_instance("choice", choice, Choice)
     if not isinstance(parts, dict):
         raise TypeError(f"parts must be a dict of ledger lines (memory_of), got {type(parts).__name__}")
+    return _model_parallel_terms(shape, choice, parts)
+
+
+def _model_parallel_terms(shape: Shape, choice: Choice, parts: dict[str, int]) -> dict[str, int]:
     t, p, m = choice.tensor_parallel, choice.pipeline_stages, choice.pipeline_chunks
     layers, mb = shape.n_layer, choice.micro_batch
     if layers % (p * m):
         raise ValueError(f"pipeline_stages x pipeline_chunks ({p} x {m}) must divide the {layers} layers")
     precision = _compute_precision(choice.regime)
-    one, two = (activation_terms(_with_layers(shape, k), mb, choice.regime, choice.checkpointing,
-                                 chunk_tokens=choice.chunked_loss, attention=choice.attention)["saved activations"]
-                for k in (1, 2))
-    per_layer = two - one
+    per_layer = _activation_timeline(shape, mb, choice.regime, choice.checkpointing, choice.chunked_loss,
+                                     choice.attention)["per layer"]
     outside = parts["saved activations"] - layers * per_layer
-    replicated = replicated_layer_bytes(shape, mb, precision)
+    replicated = _replicated_layer_bytes(shape, mb, precision)
     if choice.checkpointing:  # a layer keeps its input: full on every tensor-parallel rank unless split by SP
         local_layer = per_layer / t if choice.sequence_parallel else per_layer
     else:
@@ -704,7 +736,7 @@ def model_parallel_terms(shape: Shape, choice: Choice, parts: dict[str, int]) ->
     in_flight = min(p, choice.accumulation)
     held_first = layers / p * in_flight if m == 1 else layers * (1 + (p - 1) / (p * m)) * in_flight / p
     ids = 8 * mb * shape.seq_len
-    share = state_share(shape, choice)
+    share = _state_share(shape, choice)
     stages = []
     for first in ((True, False) if p > 1 else (True,)):
         lines = {k: v * share for k, v in parts.items()
@@ -758,14 +790,18 @@ def host_memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
     line."""
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
+    return _host_memory_of(shape, choice)
+
+
+def _host_memory_of(shape: Shape, choice: Choice) -> dict[str, int]:
     if not choice.offload_optimizer:
         return {}
     n, share = shape.n_params, choice.n_gpus if choice.sharding != "none" else 1
-    lines = setup_lines(OFFLOAD_SETUP)
+    lines = _setup_lines(OFFLOAD_SETUP)
     master, gradients, bf16 = (int(lines[k] * n) // share for k in ("master", "gradients", "weights"))
     states = int(_moments_bytes(lines, choice.optimizer) * n) // share
     if _zero_offload(choice):
-        sizes = parameter_tensor_sizes(shape, choice)
+        sizes = _parameter_tensor_sizes(shape, choice)
         parts = {"FP32 master weights": _pinned_bytes(master), "FP32 gradient buffer": _pinned_bytes(gradients),
                  "optimizer states": states, "BF16 weights (staging the update)": _pinned_bytes(bf16)}
         if choice.accumulation > 1:  # one buffer per parameter (its share under ZeRO-1/2)
@@ -832,15 +868,19 @@ def costs(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S) ->
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
     check_number("pcie_gb_per_s", pcie_gb_per_s, positive=True)
-    n = shape.n_params if not choice.lora_rank else lora_parameters(shape, choice.lora_rank, choice.lora_targets)
+    return _costs(shape, choice, pcie_gb_per_s)
+
+
+def _costs(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S) -> dict[str, float]:
+    n = shape.n_params if not choice.lora_rank else _lora_parameters(shape, choice.lora_rank, choice.lora_targets)
     n_gpus, micro = choice.n_gpus, choice.accumulation
     ring = (n_gpus - 1) / n_gpus
     # gradients as memory_of keeps them: FP32 adapters under LoRA, FP32 under torch.amp, BF16 in pure BF16
     grad_size = 4 if choice.lora_rank or (choice.precision in ("fp32", "bf16-mixed")
                                           and not choice.offload_optimizer) else 2
     if choice.setup:  # a named setup's gradients (Megatron's FP32 main gradients, DeepSpeed's FP32 ones)
-        grad_size = setup_lines(choice.setup)["gradients"]
-    n *= state_share(shape, choice)  # the parameters one GPU holds under tensor / pipeline parallelism
+        grad_size = _setup_lines(choice.setup)["gradients"]
+    n *= _state_share(shape, choice)  # the parameters one GPU holds under tensor / pipeline parallelism
     if n_gpus == 1:
         comm = 0.0
     elif choice.sharding == "zero3":
@@ -899,7 +939,7 @@ def _largest_micro_batch(shape: Shape, choice: Choice, budget: int, effective: i
     micro = 1
     while micro * 2 <= effective and effective % (micro * 2) == 0:
         trial = replace(choice, micro_batch=micro * 2, accumulation=effective // (micro * 2))
-        if sum(memory_of(shape, trial).values()) > budget:
+        if sum(_memory_of(shape, trial).values()) > budget:
             break
         micro *= 2
     return replace(choice, micro_batch=micro, accumulation=effective // micro)
@@ -941,7 +981,7 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
     history_parts: list[tuple[str, dict[str, int]]] = []
 
     def host_fits(c: Choice, what: str) -> bool:
-        need = sum(host_memory_of(shape, c).values()) * n_gpus
+        need = sum(_host_memory_of(shape, c).values()) * n_gpus
         if host is None or need <= host:
             return True
         steps.append(f"{what} skipped: its host ledger needs {need / GIB:.0f} GiB of host RAM, "
@@ -953,8 +993,8 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
                        if budget_bytes >= b or b == 1)
 
     def note(reason: str, c: Choice) -> Plan:
-        parts = memory_of(shape, c)
-        p = Plan(c, parts, budget_bytes, steps, history, host_memory_of(shape, c), host, history_parts)
+        parts = _memory_of(shape, c)
+        p = Plan(c, parts, budget_bytes, steps, history, _host_memory_of(shape, c), host, history_parts)
         history.append((reason, p.total))
         history_parts.append((reason, parts))
         big = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
@@ -967,7 +1007,7 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
         """Once a configuration fits, take the largest micro-batch that still does (fewer accumulation steps)."""
         best = _largest_micro_batch(shape, replace(c, micro_batch=1, accumulation=effective_batch),
                                     budget_bytes, effective_batch)
-        if best.micro_batch <= c.micro_batch or sum(memory_of(shape, best).values()) > budget_bytes:
+        if best.micro_batch <= c.micro_batch or sum(_memory_of(shape, best).values()) > budget_bytes:
             return p
         return note(f"the largest micro-batch that fits: {best.micro_batch} x {best.accumulation} accumulation", best)
 
@@ -1022,7 +1062,7 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
                          optimizer="adamw", sharding="none" if n_gpus == 1 else choice.sharding)
         choice = replace(choice, micro_batch=1, accumulation=effective_batch)
         current = note(f"LoRA rank {lora_rank} on the attention projections, frozen BF16 base "
-                       f"({lora_parameters(shape, lora_rank) / 1e6:.1f}M trainable)", choice)
+                       f"({_lora_parameters(shape, lora_rank) / 1e6:.1f}M trainable)", choice)
         if current.fits:
             return widest(choice, current)
         choice = replace(choice, quantize_base=True)
@@ -1031,209 +1071,6 @@ def plan(shape: Shape, budget_bytes: int, effective_batch: int, *, n_gpus: int =
             return widest(choice, current)
     steps.append("nothing tried fits: a smaller model, a shorter sequence, more GPUs or a larger GPU are left")
     return current
-
-
-def _no_compile(fn: Any = None, **_: Any) -> Any:
-    """torch.compile's stand-in while a torchao optimizer steps on a CPU: the same step function, run eagerly
-    (compiling it takes about a minute on a small CPU and changes no byte of state)."""
-    return fn if fn is not None else (lambda f: f)
-
-
-def make_optimizer(name: str, params: Any, lr: float) -> Any:
-    """AdamW from torch, or torchao's AdamW8bit / AdamW4bit."""
-    import torch
-
-    check_choice("name", name, OPTIMIZERS)
-    check_number("lr", lr, positive=True)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr)
-    from torchao.optim import AdamW4bit, AdamW8bit
-
-    return (AdamW8bit if name == "adamw8bit" else AdamW4bit)(params, lr=lr)
-
-
-@dataclass
-class _Prepared:
-    """A model, its optimizer and the step functions of one `Choice` (see `run_choice`)."""
-
-    model: Any
-    opt: Any
-    micro_step: Any  # (inputs, targets) -> loss: forward and backward of one micro-batch, gradients accumulate
-    last_micro_batch: Any  # the last micro-batch and the update, gradients cleared
-    optimizer_step: Any  # every micro-batch and the update -> mean loss
-    no_compile: Any  # a context manager: torchao's step runs eagerly inside it
-    inputs: Any  # the optimizer step's token ids and targets
-    targets: Any
-
-
-def _prepare(cfg: Any, choice: Choice, seed: int) -> _Prepared:
-    from contextlib import nullcontext
-    from unittest import mock
-
-    import torch
-    import torch.nn.functional as F
-
-    from utils.env import default_device
-    from utils.models import GPT, GPTConfig, gpt_batch
-
-    check_instance("cfg", cfg, GPTConfig)
-    check_instance("choice", choice, Choice)
-    check_int("seed", seed, minimum=0)
-    if choice.sharding != "none" or choice.offload_optimizer or choice.quantize_base:
-        raise ValueError("run_choice runs one process on one device: no sharding, offload or NF4 base")
-    if choice.lora_targets != "attention":
-        raise ValueError("run_choice adapts the attention only (qkv and proj)")
-    device = default_device()
-    torch.manual_seed(seed)
-    model = GPT(replace(cfg, checkpointing=choice.checkpointing)).to(device)
-    bf16_base = bool(choice.lora_rank) or choice.precision == "bf16"
-    if choice.lora_rank:
-        import warnings
-
-        from peft import LoraConfig, inject_adapter_in_model
-
-        model = model.to(torch.bfloat16)  # the frozen base in BF16, as memory_of assumes
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # "qkv" and "proj" match attn.qkv and attn.proj only: the MLP's layers are mlp.0 and mlp.2
-            model = inject_adapter_in_model(LoraConfig(r=choice.lora_rank, lora_alpha=2 * choice.lora_rank,
-                                                       target_modules=["qkv", "proj"]), model)
-        for name, p in model.named_parameters():
-            p.requires_grad = "lora_" in name
-            if p.requires_grad:
-                p.data = p.data.float()  # FP32 adapters
-    elif choice.precision == "bf16":
-        model = model.to(torch.bfloat16)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(choice.optimizer, trainable, lr=3e-3)
-    use_autocast = choice.precision == "bf16-mixed" or bool(choice.lora_rank)
-    x, y = gpt_batch(cfg, choice.micro_batch * choice.accumulation, device=device, seed=seed)
-    no_compile = mock.patch.object(torch, "compile", _no_compile) if choice.optimizer != "adamw" else nullcontext()
-
-    def micro_step(xs: torch.Tensor, ys: torch.Tensor) -> float:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_autocast):
-            logits = model(xs)
-            if bf16_base:
-                logits = logits.float()  # the loss in FP32, as memory_of assumes for a BF16 base
-            # inside the region, as torch.amp's recipe has it: autocast runs the loss's log-softmax in FP32
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), ys.reshape(-1))
-        del logits  # not kept through backward (the loss saved what it needs): Hugging Face's Trainer drops them too
-        (loss / choice.accumulation).backward()
-        return loss.item()
-
-    def last_micro_batch() -> None:
-        try:
-            micro_step(x[-choice.micro_batch:], y[-choice.micro_batch:])
-            opt.step()
-        finally:
-            opt.zero_grad(set_to_none=True)
-
-    def optimizer_step() -> float:
-        try:
-            parts = [micro_step(xs, ys) for xs, ys in zip(x.chunk(choice.accumulation),
-                                                          y.chunk(choice.accumulation), strict=True)]
-            opt.step()
-        finally:
-            opt.zero_grad(set_to_none=True)
-        return sum(parts) / len(parts)
-
-    return _Prepared(model, opt, micro_step, last_micro_batch, optimizer_step, no_compile, x, y)
-
-
-def run_choice(cfg: Any, choice: Choice, steps: int = 10, seed: int = 0) -> tuple[int, list[float]]:
-    """Train `utils.models.GPT(cfg)` for `steps` optimizer steps as `choice` says (precision, checkpointing,
-    micro-batches and accumulation, optimizer, LoRA on the attention's qkv and proj through peft), and measure
-    the peak of one optimizer step with `utils.measure.step_peak` (a CUDA peak on a GPU, MemTracker on a CPU;
-    with accumulation, the peak of a micro-batch after the first, whose gradients are alive throughout, and of
-    the update). Returns (peak bytes, the loss of each optimizer step). Sharding, offload and NF4 bases need
-    several processes, a host copy or a CUDA kernel and are not run here (ValueError)."""
-    from utils.measure import step_peak
-
-    check_int("steps", steps, minimum=1, maximum=10_000)
-    run = _prepare(cfg, choice, seed)
-    with run.no_compile:
-        if choice.accumulation == 1:
-            peak = step_peak(run.last_micro_batch, run.model, run.opt)
-        else:  # the step's peak is in a later micro-batch, with the accumulated gradients alive throughout
-            run.optimizer_step()  # creates the optimizer's state
-            run.micro_step(run.inputs[: choice.micro_batch], run.targets[: choice.micro_batch])
-            peak = step_peak(run.last_micro_batch, run.model, run.opt, warmup=0)
-        losses = [run.optimizer_step() for _ in range(steps)]
-    return peak, losses
-
-
-def time_choice(cfg: Any, choice: Choice, *, warmup: int = 2, repeats: int = 5, seed: int = 0) -> Any:
-    """The time of one optimizer step of `choice` (as `run_choice` trains it), after `warmup` steps, over
-    `repeats` steps: a `utils.timing.Timing` (median and every sample)."""
-    from utils.timing import time_fn
-
-    run = _prepare(cfg, choice, seed)
-    with run.no_compile:
-        return time_fn(run.optimizer_step, warmup=warmup, repeats=repeats)
-
-
-def _short(reason: str) -> str:
-    """A step's label for a bar: its text up to the first parenthesis or colon."""
-    return reason.split(" (")[0].split(":")[0]
-
-
-# Each ledger line keeps one colour in every plan's figure (chapter 09's "optimizer states" were chapter 10's
-# "gradients" colour when colours followed the order the lines appeared in); a line not listed takes one of the rest.
-FIGURE_LINES = ("weights", "gradients", "optimizer states", "saved activations", "logits (FP32, loss forward)",
-                "logits gradient (FP32)", "optimizer step temporaries", "recomputed block", "autocast weight cache",
-                "LoRA intermediates", "dequantized matrix (NF4)", "gathered blocks (ZeRO-3)", "offload staging buffer",
-                "gradient norm and overflow check", "FP32 master weights", "FP32 gradient buffer", "log-probabilities")
-
-
-def plan_figure(p: Plan, title: str = "") -> Any:
-    """One horizontal stacked bar per step of `p` (the ledger after each technique, in GiB, the same lines in the
-    same colours on every bar) against a line at the usable budget, labelled with the figure the text prints
-    (`{budget / GIB:.1f}` GiB). When the first bars are many times the budget (a real model's whole batch), the
-    left panel draws them at full scale, where the lines each technique shrinks are seen shrinking, and a right
-    panel zooms to 2.5 x the budget, where the last steps are compared with it (a longer bar is cut there and its
-    total written at the edge); otherwise one panel. The legend sits below the axes, clear of the axis labels."""
-    import matplotlib.pyplot as plt
-
-    check_instance("p", p, Plan)
-    if not isinstance(title, str):
-        raise TypeError(f"title must be a str, got {type(title).__name__}")
-    steps = p.history_parts or [("plan", p.parts)]
-    lines = list(dict.fromkeys(k for _, parts in steps for k in parts if parts[k] > 0))
-    palette, extra = plt.get_cmap("tab20"), [k for k in lines if k not in FIGURE_LINES]
-    colours = {k: palette(FIGURE_LINES.index(k) if k in FIGURE_LINES else len(FIGURE_LINES) + extra.index(k) % 4)
-               for k in lines}
-    budget = p.budget / GIB
-    zoom = 2.5 * budget
-    largest = max(sum(parts.values()) for _, parts in steps) / GIB
-    panels = [("full", 1.05 * largest), ("zoom", zoom)] if largest > zoom else [("zoom", zoom)]
-    # compact: beside its controls, with its printed lines and cost table, it fits a 900-pixel-high window
-    fig, axes = plt.subplots(1, len(panels), figsize=(7 if len(panels) == 1 else 8, 1.4 + 0.3 * len(steps)),
-                             sharey=True, squeeze=False)
-    for ax, (kind, limit) in zip(axes[0], panels, strict=True):
-        for row, (_, parts) in enumerate(steps):
-            left = 0.0
-            for k in lines:
-                width = parts.get(k, 0) / GIB
-                if width > 0:
-                    ax.barh(row, width, left=left, color=colours[k])
-                    left += width
-            if left > limit:
-                ax.text(limit, row, f" {left:,.0f} GiB", va="center", ha="right", fontsize=7,
-                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
-        ax.axvline(budget, color="black", linestyle="--", linewidth=1.2)
-        ax.set_xlim(0, limit)
-        ax.set_xlabel(f"GiB per GPU, full scale\n(dashed: usable budget {budget:.1f} GiB)" if kind == "full" else
-                      f"GiB per GPU, zoomed to\n2.5 x the budget ({budget:.1f} GiB)" if len(panels) > 1 else
-                      f"GiB per GPU (dashed: usable budget {budget:.1f} GiB)", fontsize=8 if len(panels) > 1 else 10)
-    first = axes[0][0]
-    first.set_yticks(range(len(steps)), [_short(r) for r, _ in steps], fontsize=8)
-    first.invert_yaxis()
-    fig.suptitle(title, fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in lines]
-    legend = fig.legend(handles, lines, loc="lower center", ncol=4, fontsize=7, frameon=False)
-    # the axes end above the legend as drawn (its rows, however many lines the plan has), plus a small gap
-    fig.tight_layout(rect=(0, legend.get_window_extent().height / fig.bbox.height + 0.01, 1, 1))
-    return fig
 
 
 def costs_table(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S
@@ -1250,3 +1087,89 @@ def costs_table(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER
             ["PCIe traffic", f"{c['PCIe bytes'] / 1e9:.1f} GB per step"],
             ["PCIe time", f"{c['PCIe seconds']:.1f} s per step at {pcie_gb_per_s:g} GB/s"]]
     return rows, ["cost", "per optimizer step"]
+
+
+# Marketed memory of the GPUs workshop hosts rent (GB as sold). A GPU reports less than that as its total memory
+# (`utils.ledger.budget.REPORTED_GIB`: a T4 14.7 GiB, an A10G 22.5 GiB), and the CUDA context, cuBLAS workspaces and the
+# allocator's fragmentation take some of that too: `GPU_USABLE_BYTES` is `utils.ledger.budget.gpu_budget`, the same
+# budget chapter 09's planner uses.
+GPU_MEMORY_GB: dict[str, int] = {"T4": 16, "A10G": 24, "A100 40GB": 40, "L40S": 48, "A40": 48, "RTX A6000": 48,
+                                 "A100 80GB": 80, "H100": 80, "H200": 141}
+
+
+GPU_USABLE_BYTES: dict[str, int] = {name: gpu_budget(name) for name in GPU_MEMORY_GB}
+
+
+@dataclass(frozen=True)
+class FitReport:
+    estimate: MemoryEstimate  # the ledger at the step's peak folded into parts (activations: every activation line)
+    capacity: int
+    gpu: str
+    parts: dict[str, int] = field(default_factory=dict)  # the ledger line by line (utils.ledger.plan.memory_of)
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.total <= self.capacity
+
+    @property
+    def margin(self) -> int:
+        """Bytes left over (negative: how much is missing)."""
+        return self.capacity - self.estimate.total
+
+
+def will_it_fit(model: str | TransformerShape, batch: int, seq_len: int, *, precision: str = "bf16-mixed",
+                optimizer: str = "adamw", checkpointing: bool = False, gpu: str = "A100 80GB") -> FitReport:
+    """Chapter 09's budget ledger (`utils.ledger.plan.memory_of`) for a transformer (a preset's name, or a custom
+    TransformerShape) at a batch and sequence length, against the same usable budget the planner uses
+    (`utils.ledger.budget.gpu_budget`: reported memory less context, workspaces and fragmentation)."""
+    if isinstance(model, TransformerShape):
+        base = model
+    elif isinstance(model, str) and model in PRESETS:
+        base = PRESETS[model]
+    else:
+        raise ValueError(f"model must be a TransformerShape or one of {sorted(PRESETS)}, got {model!r}")
+    check_choice("gpu", gpu, tuple(GPU_MEMORY_GB))
+    check_int("seq_len", seq_len, minimum=1)
+    check_int("batch", batch, minimum=1)
+    check_choice("precision", precision, ("fp32", "bf16-mixed", "bf16"))
+    shape = TransformerShape(base.n_layer, base.d_model, base.n_head, seq_len, base.vocab_size)
+    parts = _memory_of(shape, Choice(precision=precision, checkpointing=checkpointing, micro_batch=batch,
+                                    optimizer=optimizer))
+    weights, grads, states = parts["weights"], parts["gradients"], parts["optimizer states"]
+    temporaries, total = parts["optimizer step temporaries"], sum(parts.values())
+    est = MemoryEstimate(weights, grads, states, total - weights - grads - states - temporaries, temporaries, total)
+    return FitReport(est, GPU_USABLE_BYTES[gpu], gpu, parts)
+
+
+def _short(reason: str) -> str:
+    """A step's label for a bar: its text up to the first parenthesis or colon."""
+    return reason.split(" (")[0].split(":")[0]
+
+
+# Each ledger line keeps one colour in every plan's figure (chapter 09's "optimizer states" were chapter 10's
+# "gradients" colour when colours followed the order the lines appeared in); a line not listed takes one of the rest.
+FIGURE_LINES = ("weights", "gradients", "optimizer states", "saved activations", "logits (FP32, loss forward)",
+                "logits gradient (FP32)", "optimizer step temporaries", "recomputed block", "autocast weight cache",
+                "LoRA intermediates", "dequantized matrix (NF4)", "gathered blocks (ZeRO-3)", "offload staging buffer",
+                "gradient norm and overflow check", "FP32 master weights", "FP32 gradient buffer", "log-probabilities")
+
+
+def figure_bars(p: Plan) -> dict[str, Any]:
+    """What `utils.plan_runs.plan_figure` draws, as numbers (the course website's planner page draws the same):
+    - steps: (label, {line: GiB}) per step of the plan, the label the step's text up to its first parenthesis;
+    - lines: the ledger lines that hold bytes in some step, in the order they first appear (one segment each);
+    - colours: each line's index in matplotlib's tab20 palette, the same in every plan (`FIGURE_LINES`);
+    - budget_gib, and panels: ("full", limit) when the first bars are many times the budget, then ("zoom", 2.5 x
+      the budget)."""
+    check_instance("p", p, Plan)
+    steps = p.history_parts or [("plan", p.parts)]
+    lines = list(dict.fromkeys(k for _, parts in steps for k in parts if parts[k] > 0))
+    extra = [k for k in lines if k not in FIGURE_LINES]
+    colours = {k: FIGURE_LINES.index(k) if k in FIGURE_LINES else len(FIGURE_LINES) + extra.index(k) % 4
+               for k in lines}
+    budget = p.budget / GIB
+    zoom = 2.5 * budget
+    largest = max(sum(parts.values()) for _, parts in steps) / GIB
+    panels = [("full", 1.05 * largest), ("zoom", zoom)] if largest > zoom else [("zoom", zoom)]
+    return {"steps": [(_short(reason), {k: parts.get(k, 0) / GIB for k in lines}) for reason, parts in steps],
+            "lines": lines, "colours": colours, "budget_gib": budget, "panels": panels}

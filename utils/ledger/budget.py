@@ -1,6 +1,6 @@
 """One GPU budget for the whole course: what a GPU reports, and the bytes a plan may fill on it.
 
-`utils.estimate.will_it_fit` (chapter 01) and `utils.plan` (chapter 09) both read their capacity from here, so
+`utils.ledger.plan.will_it_fit` (chapter 01) and `utils.ledger.plan` (chapter 09) both read their capacity from here, so
 the same setup on the same GPU gets the same budget in both chapters.
 """
 
@@ -28,8 +28,8 @@ REPORTED_GIB: dict[str, float] = {"T4 (16 GB)": 14.7, "A10G (24 GB)": 22.5, "L4 
                                   "RTX 4090 (24 GB)": 23.6, "A100 (40 GB)": 39.4, "L40S (48 GB)": 44.4,
                                   "A40 (48 GB)": 44.4, "RTX A6000 (48 GB)": 47.5, "A100 (80 GB)": 79.1,
                                   "H100 (80 GB)": 79.1, "H200 (141 GB)": 139.8}
-# Their compute capability (NVIDIA's table, developer.nvidia.com/cuda-gpus): it decides SDPA's kernel for BF16
-# attention (below 8.0 the math kernel, which keeps the probabilities: the capability field of utils.plan.Choice).
+# Their compute capability (NVIDIA's table, developer.nvidia.com/cuda-gpus): it decides SDPA's kernel for BF16 attention
+# (below 8.0 the math kernel, which keeps the probabilities: the capability field of utils.ledger.plan.Choice).
 CAPABILITY: dict[str, tuple[int, int]] = {"T4 (16 GB)": (7, 5), "A10G (24 GB)": (8, 6), "L4 (24 GB)": (8, 9),
                                           "RTX 4090 (24 GB)": (8, 9), "A100 (40 GB)": (8, 0), "L40S (48 GB)": (8, 9),
                                           "A40 (48 GB)": (8, 6), "RTX A6000 (48 GB)": (8, 6), "A100 (80 GB)": (8, 0),
@@ -55,15 +55,24 @@ def usable_budget(reported_bytes: int, context_bytes: int = CUDA_CONTEXT_BYTES,
     check_int("context_bytes", context_bytes, minimum=0)
     check_int("workspace_bytes", workspace_bytes, minimum=0)
     check_number("fragmentation", fragmentation, minimum=0.0, maximum=0.9)
+    return _usable_budget(reported_bytes, context_bytes, workspace_bytes, fragmentation)
+
+
+def _usable_budget(reported_bytes: int, context_bytes: int = CUDA_CONTEXT_BYTES,
+                  workspace_bytes: int = WORKSPACE_BYTES, fragmentation: float = FRAGMENTATION) -> int:
     return max(0, int((reported_bytes - context_bytes - workspace_bytes) * (1 - fragmentation)))
 
 
 def reported_bytes(gpu: str) -> int:
     """The total memory torch reports for `gpu` (a REPORTED_GIB name or a GPU_ALIASES short name), in bytes."""
     check_choice("gpu", gpu, (*REPORTED_GIB, *GPU_ALIASES))
+    return _reported_bytes(gpu)
+
+
+def _reported_bytes(gpu: str) -> int:
     return int(REPORTED_GIB[GPU_ALIASES.get(gpu, gpu)] * GIB)
 
 
 def gpu_budget(gpu: str) -> int:
     """The usable budget of a named GPU: `usable_budget(reported_bytes(gpu))`."""
-    return usable_budget(reported_bytes(gpu))
+    return _usable_budget(reported_bytes(gpu))

@@ -45,6 +45,11 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, *, t: int = 1, sequen
     check_choice("recompute", recompute, RECOMPUTE)
     if sequence_parallel and t == 1:
         raise ValueError("sequence_parallel needs t > 1 (it splits the tensor-parallel region's rest over t)")
+    return _layer_activation_bytes(s, b, h, a, t=t, sequence_parallel=sequence_parallel, recompute=recompute)
+
+
+def _layer_activation_bytes(s: int, b: int, h: int, a: int, *, t: int = 1, sequence_parallel: bool = False,
+                           recompute: str = "none") -> float:
     if recompute == "full":
         return 2 * s * b * h / (t if sequence_parallel else 1)
     attention = 0.0 if recompute == "selective" else 5 * a * s / (h * t)
@@ -62,6 +67,10 @@ def pipeline_layers_held(n_layer: int, stages: int, *, schedule: str = "1f1b", c
     check_int("chunks", chunks, minimum=1)
     if n_layer % stages:
         raise ValueError(f"n_layer ({n_layer}) must be divisible by stages ({stages})")
+    return _pipeline_layers_held(n_layer, stages, schedule=schedule, chunks=chunks)
+
+
+def _pipeline_layers_held(n_layer: int, stages: int, *, schedule: str = "1f1b", chunks: int = 1) -> float:
     if schedule == "1f1b":
         if chunks != 1:
             raise ValueError("chunks > 1 is the interleaved schedule: pass schedule='interleaved'")
@@ -88,11 +97,11 @@ def fraction_of_tensor_parallel(s: int, b: int, h: int, a: int, *, t: int) -> di
     the first pipeline stage's; the paper's extra embedding/output terms (section 4.3, < 0.01%) and its output-
     tensor deallocation (Appendix B, which its Figure 7 includes) are not in them."""
     check_int("t", t, minimum=2)  # sequence parallelism needs a tensor-parallel group
-    baseline = layer_activation_bytes(s, b, h, a, t=t)
+    baseline = layer_activation_bytes(s, b, h, a, t=t)  # checks the arguments; the rest trusts them
     settings = {"sequence_parallel": {"sequence_parallel": True}, "selective": {"recompute": "selective"},
                 "sequence_parallel+selective": {"sequence_parallel": True, "recompute": "selective"},
                 "full": {"recompute": "full"}}
-    return {name: layer_activation_bytes(s, b, h, a, t=t, **kw) / baseline for name, kw in settings.items()}
+    return {name: _layer_activation_bytes(s, b, h, a, t=t, **kw) / baseline for name, kw in settings.items()}
 
 
 def iteration_flops(batch: int, n_layer: int, s: int, h: int, vocab: int, *, recompute: str = "none") -> float:
