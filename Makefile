@@ -44,27 +44,27 @@ $(STAMP): requirements.txt pyproject.toml $(TORCH_SPEC)
 # course (notebooks/, labs/, my-labs/, solutions/, docs/) and opening chapter 00. Labs are copied into my-labs/
 # (ignored by git) on the first run: learners work there. Saving a chapter (or any file in notebooks/, labs/,
 # solutions/, docs/) writes the learner's copy to my-work/ (ignored by git), never the committed file; JupyterLab
-# then opens that copy under the same name. See utils/lab_server.py and utils/lab_contents.py.
+# then opens that copy under the same name. See utils/course/lab_server.py and utils/course/lab_contents.py.
 lab: $(STAMP)
-	exec $(PY) -m utils.lab_server --port=$(PORT) $(if $(TOKEN),--token=$(TOKEN)) $(if $(NO_BROWSER),--no-browser)
+	exec $(PY) -m utils.course.lab_server --port=$(PORT) $(if $(TOKEN),--token=$(TOKEN)) $(if $(NO_BROWSER),--no-browser)
 
 # Start one lab over: my-labs/labNN_*.ipynb is replaced by a fresh copy of labs/labNN_*.ipynb (the old one is kept in
 # my-labs/.previous/). Usage: make reset-lab N=06
 reset-lab: $(STAMP)
 	@test -n "$(N)" || (echo "usage: make reset-lab N=06" >&2; exit 2)
-	$(PY) -m utils.lab_server --reset-lab=$(N)
+	$(PY) -m utils.course.lab_server --reset-lab=$(N)
 
 # Start one chapter over: your saved copy my-work/notebooks/NN_*.ipynb is set aside (in my-work/.previous/), and
 # JupyterLab shows the course's committed version again. Usage: make reset-chapter N=09
 reset-chapter: $(STAMP)
 	@test -n "$(N)" || (echo "usage: make reset-chapter N=09" >&2; exit 2)
-	$(PY) -m utils.lab_server --reset-chapter=$(N)
+	$(PY) -m utils.course.lab_server --reset-chapter=$(N)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check conftest.py utils tests notebooks solutions
 
 test: $(STAMP) lint
-	$(PY) -m utils.labs --check
+	$(PY) -m utils.course.labs --check
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
 # What `make test` skips as "in make test-platforms" (tests/platform_tier.py), 31 tests, about 6 to 7 minutes of pytest
@@ -81,7 +81,7 @@ test-platforms: $(STAMP)
 	COURSE_TEST_PLATFORMS=1 $(PY) -m pytest $(PLATFORM_PYTEST) $(PLATFORM_TESTS) $(PYTEST_ARGS)
 
 labs: $(STAMP)
-	$(PY) -m utils.labs $(if $(FORCE_LABS),--force)
+	$(PY) -m utils.course.labs $(if $(FORCE_LABS),--force)
 
 # Grading RUNS the submitted notebooks' code: on this machine, with your files and network, unless you run it in a
 # container (docs/instructors.md, "Grading in a container"). GRADE_ARGS passes more options (--time-limit ...).
@@ -90,14 +90,14 @@ grade: $(STAMP)
 	@echo "  files and network. Submissions are untrusted code: grade in a container (docs/instructors.md shows a"
 	@echo "  'docker run --network none' line) or a throwaway account. Ctrl+C within 5 s to stop."
 	@sleep 5
-	$(PY) -m utils.grade $(SUBMISSIONS) --jobs $(JOBS) $(GRADE_ARGS)
+	$(PY) -m utils.course.grade $(SUBMISSIONS) --jobs $(JOBS) $(GRADE_ARGS)
 
 # The labs as an nbgrader course folder (nbgrader 0.9: source/<lab>/<lab>.ipynb with solution, locked grade and
 # hidden-test cells, and nbgrader_config.py); then `cd build/nbgrader && nbgrader generate_assignment <lab>`.
 .PHONY: nbgrader nbgrader-env nbgrader-run
 NBGRADER_DIR ?= build/nbgrader
 nbgrader: $(STAMP)
-	$(PY) -m utils.labs --nbgrader $(NBGRADER_DIR)
+	$(PY) -m utils.course.labs --nbgrader $(NBGRADER_DIR)
 
 # nbgrader itself, kept out of the course's venv (installed there, it adds its menus to every learner's JupyterLab):
 # pip --target build/nbgrader-site, put on PYTHONPATH (and its `alembic` on PATH) only for nbgrader's commands.
@@ -122,30 +122,31 @@ nbgrader-run:
 # Store the outputs of a real quick-size run in every chapter (and this machine's reference results/);
 # ONLY=05 for one chapter. make test fails when a chapter's code changed since its outputs were made.
 outputs: $(STAMP)
-	$(PY) -m utils.outputs $(if $(ONLY),--only $(ONLY))
+	$(PY) -m utils.course.outputs $(if $(ONLY),--only $(ONLY))
 
 # The course as a static website (chapters with their committed outputs, glossary, claims, guides, and the planner
 # page, which runs the ledger in the browser with Pyodide, fetched once from the npm registry and cached in
-# ~/.cache/gpu-memory-course) in build/book/html; see utils/book.py and utils/planner_page.py. .github/workflows/book.yml publishes it to GitHub Pages.
+# ~/.cache/gpu-memory-course) in build/book/html; see utils/course/book.py and utils/course/planner_page.py.
+# .github/workflows/book.yml publishes it to GitHub Pages.
 # Built from the committed versions (HEAD) of notebooks/, docs/ and results/; WORKING_TREE=1 builds from the files
 # as they are (e.g. new outputs not yet committed).
 book: $(STAMP)
-	$(PY) -m utils.book $(if $(WORKING_TREE),--working-tree)
+	$(PY) -m utils.course.book $(if $(WORKING_TREE),--working-tree)
 
 claims: $(STAMP)
-	$(PY) -m utils.results --claims
+	$(PY) -m utils.course.results --claims
 
 # What each chapter can do where (one block per device, 100 columns), and what the saved reference results say
 # about each claim.
 report: $(STAMP)
-	$(PY) -m utils.chapters --by-device
+	$(PY) -m utils.course.chapters --by-device
 	@echo
-	$(PY) -m utils.results --claims
+	$(PY) -m utils.course.results --claims
 
 # On a GPU host: every chapter at its tier's full size, the estimator against max_memory_allocated,
 # results/<device>/ written, and a table of what passed. Without a GPU: one line and a non-zero exit.
 gpu-check: $(STAMP)
-	$(PY) -m utils.gpu_check
+	$(PY) -m utils.course.gpu_check
 
 clean:
 	rm -rf $(VENV) test-artifacts grades

@@ -10,11 +10,12 @@ import pytest
 
 from tests.kernel_zygote import ENV as ZYGOTE_ENV
 from tests.kernel_zygote import start_for_session
-from utils.kernels import started_again
+from utils.course.kernels import started_again
 
-# nbval's kernels are started again when one dies before its first reply (a port race: utils.kernels.started_again),
-# and with the session's kernel zygote where it runs: --nbval-current-env's kernel is this interpreter's ipykernel,
-# which the "python3" kernel spec that pytest_collection_finish writes starts as a fork (same interpreter)
+# nbval's kernels are started again when one dies before its first reply (a port race:
+# utils.course.kernels.started_again), and with the session's kernel zygote where it runs: --nbval-current-env's kernel
+# is this interpreter's ipykernel, which the "python3" kernel spec that pytest_collection_finish writes starts as a fork
+# (same interpreter)
 _START_NEW_KERNEL = nbval.kernel.start_new_kernel
 
 
@@ -31,7 +32,8 @@ nbval.kernel.start_new_kernel = _start_new_kernel
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A chapter cell run by nbval fails when it writes to stderr: library noise, warnings and progress bars on
-    stderr look like a broken install to a learner (utils.quiet drops the known noise; tqdm writes to stdout)."""
+    stderr look like a broken install to a learner (utils.lessons.quiet drops the known noise; tqdm writes to
+    stdout)."""
     outcome = yield
     report = outcome.get_result()
     outputs = getattr(item, "test_outputs", None)

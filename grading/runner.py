@@ -1,6 +1,6 @@
 """The grader's side of a submission's kernel (loaded by file path, never imported), and of its comparison.
 
-`utils.grade` inserts a first cell that calls `seal(...)`: the lab's check modules become stand-ins with no
+`utils.course.grade` inserts a first cell that calls `seal(...)`: the lab's check modules become stand-ins with no
 reference in reach while the learner's cells run. After each exercise it inserts a cell that loads this file by its
 path and calls `grade_exercise(globals(), ...)`, which
 
@@ -8,7 +8,7 @@ path and calls `grade_exercise(globals(), ...)`, which
 2. parses the lab's check call (one call such as `check_schedule(my_schedule)`) and evaluates its argument
    expressions in the learner's namespace; for a recorded exercise, wraps each learner function in a `Recorder`
    whose calls another process answers (`AnswerProcess`: the learner's code never runs where a check is), and
-   sends every answer as plain data (utils/checks/wire.py), and the learner's values the same way; for an
+   sends every answer as plain data (utils/course/checks/wire.py), and the learner's values the same way; for an
    IN_KERNEL exercise, runs each learner function in a thread of its own (`on_clean_stack`);
 3. runs the public check with those arguments, then the held-out cases `HIDDEN[exercise]` from
    `grading/hidden/chNN.py` (also loaded by file path) with the same arguments;
@@ -73,7 +73,7 @@ def vm_size_bytes() -> int | None:
 # Whether the memory cap's warm-up builds an optimizer: its first construction imports torch._dynamo (about 67 MiB
 # of address space and a second of CPU), which an answer that trains would otherwise pay inside its cap. The grader
 # cell sets it for its exercise (grade_exercise's `warm_optimizer`: whether the lab's code or its checks name
-# torch.optim, utils.grade._names_optimizers); the answer process, forked in that cell, inherits it.
+# torch.optim, utils.course.grade._names_optimizers); the answer process, forked in that cell, inherits it.
 WARM_OPTIMIZER = True
 
 
@@ -152,7 +152,7 @@ def evaluate(namespace: dict, exercise: str, points: float, call: str, hidden_pa
 
     `prepare(args, kwargs)`, if given, returns the (args, kwargs) the checks are called with (the grading kernel
     wraps the learner's functions in recorders); `on_part("public" | "hidden")` is called before each part."""
-    import utils.checks.core as core  # the copy the grader's cell has just reloaded
+    import utils.course.checks.core as core  # the copy the grader's cell has just reloaded
 
     result: dict[str, Any] = {"exercise": exercise, "max_points": points, "memory_limit_mb": memory_limit_mb,
                               "public": None, "hidden": None, "hidden_max": 0.0}
@@ -237,19 +237,20 @@ def evaluate(namespace: dict, exercise: str, points: float, call: str, hidden_pa
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The learner's kernel never holds the checks while the learner's cells run (seal), and for a recorded exercise it
-# only produces answers: each call of the learner's function is recorded as plain data (utils.checks.wire) and sent
-# to the grader, which runs the same checks in its own process on those answers (replay). The kernel's own verdict
-# can then only take points away (a call to a reference, a memory cap), never grant them.
+# The learner's kernel never holds the checks while the learner's cells run (seal), and for a recorded exercise it only
+# produces answers: each call of the learner's function is recorded as plain data (utils.course.checks.wire) and sent to
+# the grader, which runs the same checks in its own process on those answers (replay). The kernel's own verdict can then
+# only take points away (a call to a reference, a memory cap), never grant them.
 
-SEALED_MODULES = ("utils.checks.core", "utils.checks.wire", "utils.checks.protocol")  # reloaded fresh, never sealed
+SEALED_MODULES = ("utils.course.checks.core", "utils.course.checks.wire",
+                  "utils.course.checks.protocol")  # reloaded fresh, never sealed
 FLUSH_EVERY = 256  # recorded answers are sent at least this often
 BATCH = 4096  # calls sent to the answer process in one exchange (a check's batch of cases, core.answer_each)
 
 
 class _SealFinder:
-    """On sys.meta_path while the learner's cells run: `utils.checks.<lab module>` imports the sealed module. It also
-    keeps the fingerprint the seal took before the learner's first cell (`fingerprint`)."""
+    """On sys.meta_path while the learner's cells run: `utils.course.checks.<lab module>` imports the sealed module. It
+    also keeps the fingerprint the seal took before the learner's first cell (`fingerprint`)."""
 
     def __init__(self, sealed: dict[str, Any], baseline: dict[Any, Any]) -> None:
         self.sealed, self.open, self.baseline = sealed, False, baseline
@@ -279,7 +280,7 @@ def _rebound(obj: Any, envs: dict[str, dict], done: dict[int, Any], class_cell: 
     import types
 
     module = getattr(obj, "__module__", "") or ""
-    if not module.startswith("utils.checks.") or module in SEALED_MODULES:
+    if not module.startswith("utils.course.checks.") or module in SEALED_MODULES:
         return obj
     if id(obj) in done:
         return done[id(obj)]
@@ -347,7 +348,7 @@ def sealed_module(real: Any, names: list[str]) -> Any:
 
 
 def seal(imports: dict[str, list[str]]) -> None:
-    """Run first in a grading kernel: every lab module `utils.checks.X` the lab imports from becomes a sealed
+    """Run first in a grading kernel: every lab module `utils.course.checks.X` the lab imports from becomes a sealed
     module, for `import` and `from ... import` alike, until the grader's own cell opens them (`opened`)."""
     import importlib
 
@@ -360,13 +361,13 @@ def seal(imports: dict[str, list[str]]) -> None:
     # collections the grader makes before and inside its forks (AnswerProcess, _forked_each) then walk only what the
     # lab's cells create, not the hundreds of thousands of objects torch's import leaves (about 0.3 s each, dozens
     # per lab). Frozen objects are not listed by gc.get_objects() or gc.get_referrers() either (a learner's code
-    # that calls gc.unfreeze() is named in the grade notes, utils.grade.INTERNALS).
+    # that calls gc.unfreeze() is named in the grade notes, utils.course.grade.INTERNALS).
     gc.collect()
     gc.freeze()
 
 
 def _install(modules: dict[str, Any]) -> None:
-    import utils.checks as package
+    import utils.course.checks as package
 
     for name, module in modules.items():
         sys.modules[name] = module
@@ -408,7 +409,7 @@ def opened(modules: list[str]):
 # "passed"; A14: the same hook rewrites a recorded exercise's answers). The seal takes a fingerprint of the callables
 # of these modules and of their classes before the learner's first cell runs; each grader cell compares it with the
 # kernel's state before and after its check, and the verdict carries what changed (`replaced`), which voids it in
-# the grader's process (utils.grade.score). A library that patches itself (torch.compile replaces
+# the grader's process (utils.course.grade.score). A library that patches itself (torch.compile replaces
 # `nn.Module.__init__` with a function of torch's own files; ipykernel rebinds `builtins.input` to a method of its
 # kernel) is not counted: only a value of the learner's code is.
 # This is a tripwire, not a wall: the kernel runs the learner's code, so a cell written against this file can still
@@ -427,8 +428,8 @@ WATCHED_MODULES = ("builtins", "sys", "json", "IPython", "ipykernel", "jupyter_c
                    "itertools", "collections", "contextlib", "statistics", "random", "time", "unittest")
 _REPLACEABLE = (staticmethod, classmethod, property)
 _COURSE_ROOT = Path(__file__).resolve().parent.parent
-# utils.checks.core._TRUSTED_CODE_DIRS's twin, on purpose: this file trusts nothing the learner's kernel could have
-# patched, so it imports none of the course's modules to decide what is the learner's
+# utils.course.checks.core._TRUSTED_CODE_DIRS's twin, on purpose: this file trusts nothing the learner's kernel could
+# have patched, so it imports none of the course's modules to decide what is the learner's
 _LIBRARY_DIRS = tuple(sorted({str(Path(p).resolve()) + "/" for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
                              | {str(_COURSE_ROOT / d) + "/" for d in ("utils", "grading")}))
 
@@ -466,7 +467,7 @@ def _entries() -> dict[Any, Any]:
     lists)."""
     entries: dict[Any, Any] = {}
     for name in sorted(n for n in list(sys.modules) if n.partition(".")[0] in WATCHED_MODULES
-                       and not n.startswith("utils.checks")):
+                       and not n.startswith("utils.course.checks")):
         module = sys.modules.get(name)
         entries[name] = module
         namespace = getattr(module, "__dict__", None)
@@ -571,12 +572,11 @@ def replaced_since_seal() -> list[str]:
 #   PROCESS, a fork of the kernel made before the grader's cell opens the checks (it holds the learner's state and
 #   the sealed modules);
 # - a call with other arguments (a model, a function to run, a tensor whose storage matters) goes to a fork of the
-#   kernel made for that call, which
-#   first clears every frame's locals and every check module's functions and values that the arguments do not
-#   reach, so no expected value, reference or held-out case is left in a frame or module when the learner's code
-#   runs (what the check still needs of a frame lives on in the kernel, which the learner's code never runs in).
-# The watch on the learner's calls (utils.checks.core.own_work) runs in the answering process too, and what it finds
-# comes back with the answer. Where os.fork is missing (Windows), the call runs in the kernel, as before.
+# kernel made for that call, which first clears every frame's locals and every check module's functions and values that
+# the arguments do not reach, so no expected value, reference or held-out case is left in a frame or module when the
+# learner's code runs (what the check still needs of a frame lives on in the kernel, which the learner's code never runs
+# in). The watch on the learner's calls (utils.course.checks.core.own_work) runs in the answering process too, and what
+# it finds comes back with the answer. Where os.fork is missing (Windows), the call runs in the kernel, as before.
 
 def _child_setup() -> None:
     """In a forked child: one torch thread (GNU OpenMP's pool does not survive a fork) and no output of its own."""
@@ -593,8 +593,8 @@ def _child_setup() -> None:
 
 def _check_module(name: Any) -> bool:
     """A module that holds references, truths or held-out cases: a lab's check module or a held-out cases file."""
-    return isinstance(name, str) and ((name.startswith("utils.checks.") and name not in SEALED_MODULES
-                                       and name != "utils.checks.not_run") or name.startswith("_course_hidden_"))
+    return isinstance(name, str) and ((name.startswith("utils.course.checks.") and name not in SEALED_MODULES
+                                       and name != "utils.course.checks.not_run") or name.startswith("_course_hidden_"))
 
 
 def _reachable(root: Any) -> set[int]:
@@ -739,8 +739,8 @@ def _answer(fn: Any, args: Any, kwargs: Any, memory_limit_mb: float | None = Non
     ("object") and the exception itself ("exception"), for a caller in this process."""
     import contextlib
 
-    import utils.checks.core as core
-    from utils.checks import wire
+    import utils.course.checks.core as core
+    from utils.course.checks import wire
 
     reply: dict[str, Any]
     with memory_cap(memory_limit_mb) if memory_limit_mb is not None else contextlib.nullcontext():
@@ -783,7 +783,7 @@ def _forked_each(fn: Any, calls: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
     memory page by page (0.3 s of a 0.35 s call in a grading kernel)."""
     import os
 
-    import utils.checks.core as core
+    import utils.course.checks.core as core
 
     core.TRUSTED_FORKS.add(_forked_each.__code__)  # this fork, made inside the check's watch, is the grader's
     keep = _reachable((fn, calls, *_hooks()))
@@ -907,8 +907,8 @@ def _answer_each(fn: Any, calls: list[dict], watch: tuple | None, rng: tuple | N
     answer with a value."""
     import contextlib
 
-    import utils.checks.core as core
-    from utils.checks import wire
+    import utils.course.checks.core as core
+    from utils.course.checks import wire
 
     try:
         decoded = [([wire.decode(a) for a in call["args"]], {k: wire.decode(v) for k, v in call["kwargs"].items()})
@@ -941,7 +941,7 @@ class AnswerProcess:
         self.fork = fork and hasattr(os, "fork")  # False: every call is answered here (a test's in-process run)
         if not functions or not self.fork:
             return
-        import utils.checks.core as core
+        import utils.course.checks.core as core
 
         core.TRUSTED_FORKS.add(AnswerProcess.__init__.__code__)  # the grader's, should a check's watch be open
         gc.collect()
@@ -1011,7 +1011,7 @@ class AnswerProcess:
     def _as_data(self, key: str, fn: Any, calls: list[tuple[Any, Any]]) -> list[dict[str, Any]] | None:
         """The calls as the answer process reads them, or None where that process cannot answer them (no process,
         another function than the one it holds, or arguments that are not plain data)."""
-        from utils.checks import wire
+        from utils.course.checks import wire
 
         if self.pid is None or self.functions.get(key) is not fn or _holds_arrays(calls):
             return None
@@ -1027,7 +1027,7 @@ class AnswerProcess:
 
         import torch
 
-        import utils.checks.core as core
+        import utils.course.checks.core as core
 
         watch = core.WATCHING[-1] if core.WATCHING else None
         if watch is not self.watch_sent:
@@ -1142,8 +1142,8 @@ class Recorder:
         """One call's reply recorded, and handed to the check as the call's return value (or raised)."""
         import torch
 
-        import utils.checks.core as core
-        from utils.checks import wire
+        import utils.course.checks.core as core
+        from utils.course.checks import wire
 
         hits = reply.pop("hits", [])
         if hits and core.WATCHING and not core.WATCHING[-1].hits:
@@ -1180,7 +1180,7 @@ class Recorder:
 
     def prepare(self, args: list, kwargs: dict) -> tuple[list, dict]:
         """The learner's arguments as the checks get them (functions wrapped), and sent to the grader as data."""
-        from utils.checks import wire
+        from utils.course.checks import wire
 
         spec: dict[str, Any] = {}
 
@@ -1236,7 +1236,7 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
                                                                      memory_limit_mb)) if record else None)
     try:
         with opened(list(modules)) as fresh:
-            foreign_threads = fresh["utils.checks.core"].foreign_threads
+            foreign_threads = fresh["utils.course.checks.core"].foreign_threads
             running = foreign_threads()  # a thread of the learner's alive as the grader's cell starts
             name = parse_call(call)[0]
             check = next((getattr(m, name) for m in fresh.values() if hasattr(m, name)), None)
@@ -1261,7 +1261,7 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
     replaced += [name for name in replaced_since_seal() if name not in replaced]
     if replaced:  # no verdict at all: one shown here would pass through what the learner's code replaced, which
         # can rewrite it (a transform hook on the display publisher rewrote `replaced` itself to []); a cell with no
-        # verdict scores 0, and this error names what was found (utils.grade: TAMPER_ERROR)
+        # verdict scores 0, and this error names what was found (utils.course.grade: TAMPER_ERROR)
         raise GraderTampered(f"{TAMPER_ERROR} {', '.join(replaced[:5])}")
     verdict["replaced"] = replaced
     verdict["nonce"] = nonce
@@ -1301,7 +1301,7 @@ def replay(exercise: str, points: float, call: str, hidden_path: str | None, arg
     """The exercise's verdict from the checks run here, in the grader's process, with each learner function
     replaced by the answers its calls gave in the kernel (`records[(part, arg)]`, in call order) and each learner
     value by the value the kernel sent."""
-    from utils.checks import wire
+    from utils.course.checks import wire
 
     name, arg_sources, kwarg_sources = parse_call(call)
     state = {"part": "public", "used": {}}

@@ -23,7 +23,7 @@ def _threads_of_earlier_tests_are_not_the_learners(monkeypatch):
     could run a reference unseen). In a test worker, threads left by earlier tests or by a library's global pool
     (not the learner's) would fail every later check test in that worker: here a thread alive when the test
     starts is not counted. Threads a test's own "learner" code starts still are (the escape tests rely on it)."""
-    from utils.checks import core
+    from utils.course.checks import core
 
     before = {t.ident for t in threading.enumerate()}
     original = core.foreign_threads

@@ -224,7 +224,7 @@ def build(kind: str, regime: Regime, seed: int = 0) -> tuple[torch.nn.Module, An
 def _loss(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
     if not chunk_tokens:
         return model(input_ids=ids, labels=labels).loss
-    from utils.chunked_loss import chunked_cross_entropy
+    from utils.lessons.chunked_loss import chunked_cross_entropy
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     hidden = base.model(input_ids=ids).last_hidden_state
@@ -273,11 +273,12 @@ def measure(kind: str, regime: Regime, seq_len: int, seed: int = 0) -> dict[str,
 
 
 def measure_gpt(cfg: Any, regime: Regime, seed: int = 0) -> dict[str, Any]:
-    """`measure` for the course's GPT (utils.models.GPT), trained as `utils.plan_runs.run_choice` trains it."""
+    """`measure` for the course's GPT (utils.lessons.models.GPT), trained as `utils.lessons.plan_runs.run_choice` trains
+    it."""
     from functools import partial
 
     from utils.ledger.gpt import shape_of
-    from utils.plan_runs import _prepare
+    from utils.lessons.plan_runs import _prepare
 
     c = regime.choice
     with mock.patch.object(torch.optim, "AdamW", partial(torch.optim.AdamW, foreach=True)):  # the CUDA default

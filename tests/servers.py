@@ -4,7 +4,7 @@ import os
 import signal
 import subprocess
 
-from utils.distributed import free_port  # noqa: F401  (re-exported for the server tests)
+from utils.lessons.distributed import free_port  # noqa: F401  (re-exported for the server tests)
 
 
 def stop_group(proc: subprocess.Popen) -> None:

@@ -23,7 +23,7 @@ CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"
 # FP8, Transformer Engine). Memory tiers pick full sizes only. A chapter whose code reads none of these takes
 # the same path on both, so the H100 runs only the chapters that do (tests/test_simulated_gpu.py checks that
 # utils reads the capability only in the modules that answer these questions, never behind a chapter's back).
-# utils.estimate's `validate` picks the SDPA kernel a GPU runs by its capability (chapter 01 calls it).
+# utils.lessons.estimate's `validate` picks the SDPA kernel a GPU runs by its capability (chapter 01 calls it).
 CAPABILITY_READS = re.compile(r"capability|is_bf16_supported|gates\.|transformer_engine_status|te_status|tf32|"
                               r"\bvalidate\(")
 CAPABILITY_MODULES = ("env", "chapters", "gpu_check", "results", "estimate",

@@ -19,14 +19,14 @@ before a notebook's first cell, through nbclient):
 - Kernel choice: scaled_dot_product_attention picks flash / memory-efficient / math by the profile's capability and
   the dtype as torch's sdp_utils does (a T4 runs BF16 attention on the math path, with its attention matrix), and
   _scaled_mm refuses what cuBLASLt refuses (capability below 8.9, layouts, dimensions not multiples of 16).
-- Memory: every storage of a marked tensor is a malloc of `utils.allocator_model.CachingAllocatorModel` (a model of
-  c10/cuda/CUDACachingAllocator.cpp: 512-byte rounding, small and large pools, split, reuse, empty_cache,
-  max_split_size_mb, expandable_segments, the memory fraction), freed when the storage dies (a free is seen at the
-  next allocation); the settings come from PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF as torch 2.13 reads them.
-  One cuBLAS workspace is allocated at the first matmul and another at the first backward (8,519,680 B below sm90,
-  32 MiB on sm90), freed back to the allocator by torch._C._cuda_clearCublasWorkspaces(); 400-600 MiB of CUDA
-  context (per profile; COURSE_SIM_CONTEXT_MIB) sit outside the allocator. An allocation past the fraction raises
-  torch.OutOfMemoryError with CUDA's message.
+- Memory: every storage of a marked tensor is a malloc of `utils.lessons.allocator_model.CachingAllocatorModel` (a model
+  of c10/cuda/CUDACachingAllocator.cpp: 512-byte rounding, small and large pools, split, reuse, empty_cache,
+  max_split_size_mb, expandable_segments, the memory fraction), freed when the storage dies (a free is seen at the next
+  allocation); the settings come from PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF as torch 2.13 reads them. One cuBLAS
+  workspace is allocated at the first matmul and another at the first backward (8,519,680 B below sm90, 32 MiB on sm90),
+  freed back to the allocator by torch._C._cuda_clearCublasWorkspaces(); 400-600 MiB of CUDA context (per profile;
+  COURSE_SIM_CONTEXT_MIB) sit outside the allocator. An allocation past the fraction raises torch.OutOfMemoryError with
+  CUDA's message.
 - Events: a recorded event completes only when the host synchronises (event.synchronize(), a stream's or the
   device's synchronize, torch.accelerator.synchronize(), or a copy to the host such as .item() or .cpu()); before
   that query() is False and elapsed_time raises "device not ready", so a timing without a synchronize fails.
@@ -37,7 +37,7 @@ before a notebook's first cell, through nbclient):
 - `run_notebook` ends every notebook with a cell that reports the state in force (memory fraction, allocator
   variables) and fails the run where it differs from what the chapter promises (end_state).
 docs/simulation.md says what the simulation sees, what it cannot, and what covers the rest.
-- `utils.timing.time_fn` takes one sample without warm-up: under the modes every op runs slowly in Python, and a
+- `utils.lessons.timing.time_fn` takes one sample without warm-up: under the modes every op runs slowly in Python, and a
   timing here is never a figure anyway (a chapter's timing cells took 35 of its 75 s at five samples).
 """
 
@@ -61,7 +61,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from utils.allocator_model import AllocatorOutOfMemoryError, CachingAllocatorModel
+from utils.lessons.allocator_model import AllocatorOutOfMemoryError, CachingAllocatorModel
 
 MIB = 2**20
 PROFILE_ENV = "COURSE_SIMULATED_GPU"
@@ -138,7 +138,7 @@ _REF, _CDATA = operator.itemgetter(0), operator.attrgetter("cdata")  # (weak ref
 
 
 class _State:
-    """The simulated device: its caching allocator (utils.allocator_model, fed with the storages of the tensors
+    """The simulated device: its caching allocator (utils.lessons.allocator_model, fed with the storages of the tensors
     that live "on the GPU"), its recorded history, and its event clock."""
 
     def __init__(self, profile: Profile, alloc_conf: str = "") -> None:
@@ -727,7 +727,7 @@ def _cuda_fakes(state: _State) -> dict[str, Any]:
         state.empty_cache()
 
     def memory_stats(device: Any = None) -> dict[str, Any]:
-        """torch.cuda.memory_stats(): the caching allocator model's statistics (utils/allocator_model.py)."""
+        """torch.cuda.memory_stats(): the caching allocator model's statistics (utils/lessons/allocator_model.py)."""
         _check_index(device)
         state.sweep()
         return state.allocator.memory_stats()
@@ -1192,7 +1192,7 @@ def _one_sample_timings() -> None:
     (the chapters' control flow is unchanged: a Timing or TimingTable comes back; no test reads a timing's value).
     A simulated run times the CPU, not a GPU: chapter 05 at quick size under the simulated T4 took 62 s with its
     eleven rounds, 55 s with two (AMD EPYC, 2 cores)."""
-    timing = importlib.import_module("utils.timing")
+    timing = importlib.import_module("utils.lessons.timing")
     time_fn, compare = timing.time_fn, timing._compare_timings
 
     def two_rounds(configs: Any, repeats: int, warmup: int, min_sample_s: float, *args: Any) -> Any:
@@ -1284,7 +1284,7 @@ _START_ALLOC_ENV: dict[str, str | None] = {}
 
 
 def _alloc_env() -> dict[str, str | None]:
-    from utils.allocator_model import ALLOC_CONF_VARIABLES
+    from utils.lessons.allocator_model import ALLOC_CONF_VARIABLES
 
     return {name: os.environ.get(name) for name in ALLOC_CONF_VARIABLES}
 
@@ -1298,7 +1298,7 @@ def record_start_state() -> None:
 def end_state() -> dict[str, Any]:
     """What a chapter leaves in force at its end, against what it promises: the memory fraction (COURSE_TIER's cap
     on a larger GPU, else 1.0) and the allocator variables it started with; and the SDPA kernels a GPU chose."""
-    from utils.sizes import TIER_ENV, tier_for_memory, tier_memory_fraction
+    from utils.lessons.sizes import TIER_ENV, tier_for_memory, tier_memory_fraction
 
     st = state()
     expected = 1.0
@@ -1346,7 +1346,7 @@ def run_notebook(path: str, profile: str, *, size: str = "tiny", cell_timeout: i
     import nbformat
     from nbclient import NotebookClient
 
-    from utils.kernels import notebook_client_config
+    from utils.course.kernels import notebook_client_config
 
     if profile not in PROFILES and profile != "cpu":
         raise ValueError(f"profile must be one of {sorted(PROFILES)} or 'cpu', got {profile!r}")

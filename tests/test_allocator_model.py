@@ -1,6 +1,7 @@
-"""utils.allocator_model against the caching allocator's documented behaviour (c10/cuda/CUDACachingAllocator.cpp,
-torch 2.13), on hand-built allocation sequences: rounding, pools, split and reuse, merging, max_split_size_mb,
-empty_cache, the memory fraction, expandable segments, and the statistics, summary and snapshot built from them."""
+"""utils.lessons.allocator_model against the caching allocator's documented behaviour
+(c10/cuda/CUDACachingAllocator.cpp, torch 2.13), on hand-built allocation sequences: rounding, pools, split and reuse,
+merging, max_split_size_mb, empty_cache, the memory fraction, expandable segments, and the statistics, summary and
+snapshot built from them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 
 import pytest
 
-from utils.allocator_model import (
+from utils.lessons.allocator_model import (
     K_LARGE_BUFFER,
     K_SMALL_BUFFER,
     AllocatorOutOfMemoryError,
@@ -310,7 +311,7 @@ def test_settings_strings():
     # torch 2.13 reads the first variable set of CUDA, HIP, generic (c10/cuda/CUDAAllocatorConfig.h), even if empty
     assert env({"PYTORCH_CUDA_ALLOC_CONF": "", "PYTORCH_ALLOC_CONF": "expandable_segments:True"}) == ""
     assert env({}) == ""
-    from utils.env import allocator_settings  # the course's reader, checked against the installed torch binary
+    from utils.lessons.env import allocator_settings  # the course's reader, checked against the installed torch binary
 
     for variables in ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:64", "PYTORCH_CUDA_ALLOC_CONF": "x"},
                       {"PYTORCH_HIP_ALLOC_CONF": "y", "PYTORCH_ALLOC_CONF": "z"}, {"PYTORCH_ALLOC_CONF": "w"}):

@@ -1,4 +1,4 @@
-"""The allocator model (utils/allocator_model.py, chapter 07) against the real CUDA caching allocator: where a
+"""The allocator model (utils/lessons/allocator_model.py, chapter 07) against the real CUDA caching allocator: where a
 committed GPU run of chapter 07 measured the fragmentation sequence in a child process on the GPU, the model's
 figures for the same sequence and setting must be the GPU's, to the MiB (results/<gpu>/07_memory_profiling.json)."""
 

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from utils.amp_trace import op_dtypes
-from utils.models import GPT, GPTConfig, gpt_batch
-from utils.timing import count_flops
-from utils.underflow import cast_outcomes
+from utils.lessons.amp_trace import op_dtypes
+from utils.lessons.models import GPT, GPTConfig, gpt_batch
+from utils.lessons.timing import count_flops
+from utils.lessons.underflow import cast_outcomes
 
 
 def test_cast_outcomes_fp16_and_scale():

@@ -1,12 +1,11 @@
 """Real architectures (issue 25): published configs give published parameter counts, a transformers model built
 on the meta device from each config agrees, and the analytic step (utils.ledger.architectures) agrees with the traced
-estimator (utils.estimate.estimate_memory) on small models of each family."""
+estimator (utils.lessons.estimate.estimate_memory) on small models of each family."""
 
 import pytest
 import torch
 from torch import nn
 
-from utils.estimate import estimate_memory, hf_model_on_meta
 from utils.ledger.architectures import (
     ARCHITECTURES,
     HF_CONFIGS,
@@ -20,7 +19,8 @@ from utils.ledger.architectures import (
     lora_parameters_of,
     shape_of_model,
 )
-from utils.measure import SavedTensorCounter
+from utils.lessons.estimate import estimate_memory, hf_model_on_meta
+from utils.lessons.measure import SavedTensorCounter
 
 
 class LossOf(nn.Module):

@@ -1,7 +1,7 @@
 """A learner's session in JupyterLab in headless Chromium, served the way `make lab` serves the course
-(utils.lab_server): open chapters 00 and 09 with their committed outputs, run every cell, move chapter 00's widget
-and see its output change, save; follow chapter 00's links and open a lab from the file browser; then `git status`
-is empty and the learner's saved copies (my-work/) hold the runs.
+(utils.course.lab_server): open chapters 00 and 09 with their committed outputs, run every cell, move chapter 00's
+widget and see its output change, save; follow chapter 00's links and open a lab from the file browser; then `git
+status` is empty and the learner's saved copies (my-work/) hold the runs.
 
 Uses Debian's Chromium by path (never a downloaded browser). Without it the test is skipped with the
 reason, except in CI (CI=true), where a missing browser is a failure.
@@ -20,10 +20,10 @@ import nbformat
 import pytest
 from servers import free_port, stop_group
 
-from utils import lab_server
-from utils.lab_contents import SAVED_COPY_NOTICE_ID
-from utils.lab_server import command as lab_command
-from utils.lab_server import environment as lab_environment
+from utils.course import lab_server
+from utils.course.lab_contents import SAVED_COPY_NOTICE_ID
+from utils.course.lab_server import command as lab_command
+from utils.course.lab_server import environment as lab_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
@@ -151,7 +151,7 @@ def _open_a_lab_from_the_file_browser(page, base: str, token: str) -> None:
 @pytest.fixture
 def learner_course(tmp_path):
     """A clone-like git repository of the course's chapters, labs and docs (the working tree's versions, committed
-    there), served by JupyterLab exactly as `make lab` serves the repository (utils.lab_server.command), with
+    there), served by JupyterLab exactly as `make lab` serves the repository (utils.course.lab_server.command), with
     my-labs/ made as `make lab` makes it. Kernels import the installed `utils` package."""
     course = tmp_path / "course"
     tracked = subprocess.run(["git", "ls-files", "-z", "notebooks", "labs", "docs", ".gitignore"], cwd=ROOT,

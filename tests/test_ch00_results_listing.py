@@ -8,8 +8,8 @@ from pathlib import Path
 
 import nbformat
 
-from utils.results import reference_summary
-from utils.tables import format_table
+from utils.course.results import reference_summary
+from utils.lessons.tables import format_table
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "00_setup_and_environment.ipynb"
 HEADERS = ["device", "capability", "torch", "size", "chapters", "date"]

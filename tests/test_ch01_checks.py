@@ -10,9 +10,9 @@ import nbformat
 import pytest
 import torch
 
-from utils.checks import ch01
-from utils.checks.core import CheckFailed
-from utils.sizes import TIERS, tier_budget
+from utils.course.checks import ch01
+from utils.course.checks.core import CheckFailed
+from utils.lessons.sizes import TIERS, tier_budget
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = {"1.1": ("adam_state_bytes",), "1.2": ("count_saved_bytes",),
@@ -68,7 +68,7 @@ def test_largest_batch_needs_the_optimizer_step(solution, monkeypatch):
     """Lab 1.6: an answer that models backward's start only (the old reference) fails a public and a held-out case,
     where eight or four tokens per sequence leave the optimizer step above the budget; the solution says 0 there."""
     from utils.ledger.gpt import TransformerShape, transformer_activation_bytes
-    from utils.models import GPTConfig
+    from utils.lessons.models import GPTConfig
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
 
@@ -97,7 +97,7 @@ def test_largest_batch_needs_the_optimizer_step(solution, monkeypatch):
 def test_largest_batch_by_real_steps_of_its_own_fails(monkeypatch):
     """Lab 1.6 asks for a formula: a search that runs training steps of its own (its own backward passes, not the
     check's measure_step) fails the check, as the instructions say."""
-    from utils.models import GPT, gpt_batch
+    from utils.lessons.models import GPT, gpt_batch
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
 
@@ -155,7 +155,7 @@ def test_planted_bugs_and_unanswered_exercises(solution, monkeypatch):
 
 
 def test_full_size_footprints_fit_every_tier():
-    from utils.experiment_sizes import ch01 as sizes
+    from utils.lessons.experiment_sizes import ch01 as sizes
 
     for tier in TIERS:
         for name, nbytes in sizes.footprints(tier).items():
@@ -248,9 +248,9 @@ def test_adam_state_only_for_parameters_with_a_gradient(solution, monkeypatch):
 
 
 def test_saved_bytes_by_dtype_adds_up_to_the_measurement(solution, monkeypatch):
-    """1.2: the by-dtype truth adds up to utils.measure's total; autocast's weight copies and the int64/bool saves
-    are in it; a total under one key fails."""
-    from utils.measure import saved_activation_bytes
+    """1.2: the by-dtype truth adds up to utils.lessons.measure's total; autocast's weight copies and the int64/bool
+    saves are in it; a total under one key fails."""
+    from utils.lessons.measure import saved_activation_bytes
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     cfg = ch01.GPTConfig(n_layer=1, d_model=16, n_head=2, seq_len=8, vocab_size=20, attention="eager")

@@ -1,4 +1,4 @@
-"""Chapter 01's lesson code, taken from the notebook's own cells, against its packaged twin in utils.estimate:
+"""Chapter 01's lesson code, taken from the notebook's own cells, against its packaged twin in utils.lessons.estimate:
 the block formula, the whole-GPT formula and the fake-tensor tracer must give the same bytes on many shapes, and
 the Korthikanti block must measure as the chapter explains."""
 
@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.estimate import estimate_memory
 from utils.ledger.gpt import PRESETS, TransformerShape, transformer_activation_bytes
 from utils.ledger.plan import will_it_fit
-from utils.measure import saved_activation_bytes
-from utils.models import GPT, Block, GPTConfig, gpt_batch
+from utils.lessons.estimate import estimate_memory
+from utils.lessons.measure import saved_activation_bytes
+from utils.lessons.models import GPT, Block, GPTConfig, gpt_batch
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "01_where_the_memory_goes.ipynb"
 

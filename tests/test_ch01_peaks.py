@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from tests.test_ch01_lesson import lesson
-from utils.estimate import estimate_memory
 from utils.ledger.gpt import shape_of, transformer_memory
-from utils.measure import make_mem_tracker, peak_by_category, step_peak_by_category
-from utils.models import GPT, GPTConfig, gpt_batch
+from utils.lessons.estimate import estimate_memory
+from utils.lessons.measure import make_mem_tracker, peak_by_category, step_peak_by_category
+from utils.lessons.models import GPT, GPTConfig, gpt_batch
 
 CFG = GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=64, vocab_size=256)
 
@@ -70,7 +70,7 @@ def test_the_analytic_peak_of_c04_agrees_with_the_traced_estimator(batch):
 def test_c04_overhead_grows_with_the_batch_on_a_real_size():
     ns = lesson("overhead_at")
     ns["transformer_memory"] = transformer_memory
-    from utils.experiment_sizes.ch01 import gpt_config
+    from utils.lessons.experiment_sizes.ch01 import gpt_config
 
     gpt2 = shape_of(gpt_config("full"))
     overheads = [ns["overhead_at"](gpt2, b) for b in (1, 4, 8)]

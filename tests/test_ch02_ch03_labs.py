@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from utils.checks import ch02, ch03
-from utils.checks.core import CheckFailed
-from utils.checks.protocol import STRICT_ENV
+from utils.course.checks import ch02, ch03
+from utils.course.checks.core import CheckFailed
+from utils.course.checks.protocol import STRICT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from utils.experiment_sizes.ch02 import QUANT_SAMPLE
+from utils.lessons.experiment_sizes.ch02 import QUANT_SAMPLE
 
 
 def _mean_rel_error(t: torch.Tensor, dtype: torch.dtype) -> float:

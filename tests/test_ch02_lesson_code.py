@@ -1,4 +1,4 @@
-"""Chapter 02's lesson code, extracted from the notebook, agrees with the packaged codecs (utils.formats)."""
+"""Chapter 02's lesson code, extracted from the notebook, agrees with the packaged codecs (utils.lessons.formats)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import nbformat
 import pytest
 import torch
 
-from utils.experiment_sizes import ch02
-from utils.formats import FORMATS, decode, encode, format_properties
-from utils.sizes import TIERS, tier_budget
+from utils.lessons.experiment_sizes import ch02
+from utils.lessons.formats import FORMATS, decode, encode, format_properties
+from utils.lessons.sizes import TIERS, tier_budget
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_number_formats.ipynb"
 
@@ -59,7 +59,7 @@ def _codec_inputs(fmt: str, seed: int) -> list[float | int]:
 
 @pytest.mark.parametrize("fmt", CODEC_FORMATS)
 def test_encode_once_matches_the_packaged_codec(fmt):
-    """The chapter's encoder (section 1) and utils.formats.encode give the same bit pattern on every value:
+    """The chapter's encoder (section 1) and utils.lessons.formats.encode give the same bit pattern on every value:
     ties, subnormals, overflow and saturation, infinities, signed zeros and integers of any size."""
     ns = notebook_functions("encode_once")
     f = FORMATS[fmt]

@@ -9,8 +9,8 @@ import nbformat
 import pytest
 import torch
 
-from utils.experiment_sizes import ch03
-from utils.sizes import TIERS, pick, tier_budget
+from utils.lessons.experiment_sizes import ch03
+from utils.lessons.sizes import TIERS, pick, tier_budget
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_loss_scaling.ipynb"
 

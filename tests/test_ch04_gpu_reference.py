@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from utils import results
+from utils.course import results
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_automatic_mixed_precision.ipynb"
 CELL = "c4gpuref"

@@ -9,8 +9,8 @@ import pytest
 import torch
 from lab_helpers import hidden_cases, solution_namespace
 
-from utils.checks.core import CheckFailed
-from utils.sizes import TIERS, tier_budget
+from utils.course.checks.core import CheckFailed
+from utils.lessons.sizes import TIERS, tier_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def test_answers_tuned_to_public_cases_fail_hidden_ones():
 def test_lab04_cuda_policy_on_the_cpu_fails(monkeypatch):
     """Exercise 4.1: CUDA's FP32 list (layer norm, softmax, cumsum in FP32) applied on the CPU fails, and so does
     'everything in the autocast dtype'."""
-    from utils.checks.ch04 import check_autocast_dtypes
+    from utils.course.checks.ch04 import check_autocast_dtypes
 
     def cuda_policy(autocast_dtype, input_dtype):
         low, f32 = autocast_dtype, torch.float32
@@ -98,7 +98,7 @@ def test_lab04_each_planted_bug_fails_the_public_check(monkeypatch):
     """Exercise 4.3: the colleague's loop, and each of its three bugs (and the chapter's clip-before-unscale) left
     alone, fail; the fix passes the public and held-out cases."""
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
-    from utils.checks.ch04 import check_clipped_step
+    from utils.course.checks.ch04 import check_clipped_step
 
     assert check_clipped_step(_step()).status == "passed"
     _hidden()["4.3"](_step())
@@ -110,10 +110,10 @@ def test_lab04_each_planted_bug_fails_the_public_check(monkeypatch):
 def test_lab04_prediction_is_for_an_8b_model(monkeypatch):
     """Exercise 4.2: the graded figures are Llama-3-8B's (16 and 8 B/param); counting autocast's BF16 copies
     (18 B/param), a tied head, no GQA or GB for GiB fails. A deep MLP's measured AMP peak tends to 16 B/param."""
-    from utils.checks.ch04 import backward_peak_truth, check_bytes_per_param, reference_bytes_per_param
+    from utils.course.checks.ch04 import backward_peak_truth, check_bytes_per_param, reference_bytes_per_param
     from utils.ledger.architectures import PUBLISHED_PARAMS
-    from utils.measure import step_peak
-    from utils.models import mlp
+    from utils.lessons.measure import step_peak
+    from utils.lessons.models import mlp
 
     n = 2 * 128_256 * 4096 + 32 * (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 4096
     assert n == PUBLISHED_PARAMS["Llama-3-8B"]
@@ -149,7 +149,7 @@ def test_lab04_prediction_is_for_an_8b_model(monkeypatch):
 
 
 def test_full_sizes_fit_every_tier():
-    from utils.experiment_sizes.ch04 import footprints
+    from utils.lessons.experiment_sizes.ch04 import footprints
 
     for tier in TIERS:
         for name, nbytes in footprints(tier).items():
@@ -161,7 +161,7 @@ def test_full_sizes_fit_every_tier():
 def test_lab04_training_states_without_step_counters_fail(monkeypatch):
     """Exercise 4.5: an answer that forgets the 4-byte FP32 step counter per parameter tensor fails the public
     check (Adagrad keeps one)."""
-    from utils.checks.ch04 import check_training_states
+    from utils.course.checks.ch04 import check_training_states
 
     buffers = {"sgd": 0, "sgd-momentum": 1, "adamw": 2, "adagrad": 1, "rmsprop": 1, "rmsprop-centered": 2}
 
@@ -180,7 +180,7 @@ def test_lab04_switching_autocast_on_by_hand_does_not_pass(monkeypatch):
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     from torch import nn
 
-    from utils.checks.ch04 import check_autocast_dtypes
+    from utils.course.checks.ch04 import check_autocast_dtypes
 
     def by_hand(autocast_dtype, input_dtype):
         linear = nn.Linear(8, 8).to(input_dtype)

@@ -35,7 +35,7 @@ def _functions(names: tuple[str, ...]) -> str:
 
 CHILD = """
 import contextlib, os, torch
-from utils.env import TF32_OVERRIDE_ENV
+from utils.lessons.env import TF32_OVERRIDE_ENV
 {functions}
 start = torch.get_float32_matmul_precision()
 assert start == "high", start
@@ -78,7 +78,7 @@ def test_fp32_baseline_under_the_override_is_tf32_off_and_labelled_so() -> None:
 def test_label_without_the_override() -> None:
     body = textwrap.dedent("""
     import contextlib, os, torch
-    from utils.env import TF32_OVERRIDE_ENV
+    from utils.lessons.env import TF32_OVERRIDE_ENV
     {functions}
     start = torch.get_float32_matmul_precision()
     with fp32_matmul_precision("highest"):

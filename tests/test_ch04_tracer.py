@@ -1,4 +1,4 @@
-"""Chapter 04's dispatcher tracer stands in the notebook (section 2); its packaged twin, `utils.amp_trace`, must
+"""Chapter 04's dispatcher tracer stands in the notebook (section 2); its packaged twin, `utils.lessons.amp_trace`, must
 give the same table. The notebook cell is executed here as written and compared with the package on the same runs.
 """
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from utils import amp_trace
-from utils.models import GPT, GPTConfig, gpt_batch
+from utils.lessons import amp_trace
+from utils.lessons.models import GPT, GPTConfig, gpt_batch
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_automatic_mixed_precision.ipynb"
 TRACER_CELL = "c4tracer"

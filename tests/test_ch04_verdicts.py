@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from utils.verdicts.ch04 import c16, c17, c18, c19
+from utils.course.verdicts.ch04 import c16, c17, c18, c19
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_automatic_mixed_precision.ipynb"
 

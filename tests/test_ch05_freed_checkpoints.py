@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from utils.checks import ch05
-from utils.measure import step_peak_by_category
+from utils.course.checks import ch05
+from utils.lessons.measure import step_peak_by_category
 
 
 def run_segments(stack: nn.Sequential, x: torch.Tensor, k: int) -> torch.Tensor:

@@ -201,7 +201,7 @@ def test_attention_is_the_dearer_recomputation_at_the_tables_shape():
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from utils.models import GPT, GPTConfig
+    from utils.lessons.models import GPT, GPTConfig
 
     block = GPT(GPTConfig(n_layer=1, d_model=64, n_head=4, seq_len=512, vocab_size=64, attention="eager")).blocks[0]
     x = torch.randn(1, 512, 64)

@@ -10,21 +10,21 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from utils.checks import ch05
-from utils.sizes import TIERS, tier_budget
+from utils.course.checks import ch05
+from utils.lessons.sizes import TIERS, tier_budget
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def sizes(monkeypatch, size):
     monkeypatch.setenv("COURSE_SIZE", size)
-    import utils.experiment_sizes.ch05 as mod
+    import utils.lessons.experiment_sizes.ch05 as mod
     return importlib.reload(mod)
 
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_every_full_size_experiment_fits_the_tier(tier):
-    from utils.experiment_sizes.ch05 import footprints
+    from utils.lessons.experiment_sizes.ch05 import footprints
 
     for name, nbytes in footprints(tier).items():
         assert 0 < nbytes <= tier_budget(tier), (tier, name, nbytes / 2**30)
@@ -40,7 +40,7 @@ def test_full_size_has_llm_like_token_counts(monkeypatch):
 
 
 def test_footprints_bad_tier():
-    from utils.experiment_sizes.ch05 import footprints
+    from utils.lessons.experiment_sizes.ch05 import footprints
 
     with pytest.raises(ValueError, match="tier"):
         footprints(12)
@@ -120,7 +120,7 @@ def test_hidden_cases_catch_an_answer_tuned_to_the_public_ones():
 
 
 def test_block_saves_about_ten_inputs():
-    from utils.measure import saved_activation_bytes
+    from utils.lessons.measure import saved_activation_bytes
 
     x = torch.randn(8, 16)
     c = saved_activation_bytes(ch05.make_stack(1, 16), x) / x.nbytes
@@ -133,7 +133,7 @@ def test_lab05_momentum_zero_fix_fails_on_num_batches_tracked(monkeypatch):
     from torch import nn
     from torch.utils.checkpoint import checkpoint
 
-    from utils.checks.ch05 import check_fixed_checkpoint
+    from utils.course.checks.ch05 import check_fixed_checkpoint
 
     def momentum_zero(block, x):
         norms = [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
@@ -161,7 +161,7 @@ def test_lab05_momentum_zero_fix_fails_on_num_batches_tracked(monkeypatch):
 
 def test_lab05_swiglu_formula_without_rmsnorm_statistics_fails(monkeypatch):
     """Exercise 5.5: forgetting RMSNorm's 1/rms per token and its normalised x fails, with a hint naming them."""
-    from utils.checks.ch05 import check_swiglu
+    from utils.course.checks.ch05 import check_swiglu
 
     def short(tokens, d, f, mode):
         return 4 * tokens * {"none": d + 4 * f, "activation": d + 3 * f, "full": d}[mode]
@@ -175,7 +175,7 @@ def test_lab05_swiglu_formula_without_rmsnorm_statistics_fails(monkeypatch):
 
 
 def _all_alive_optimum(depth, mult, tokens, width):  # the old count: all k checkpoints alive to the end
-    from utils.measure import saved_activation_bytes
+    from utils.lessons.measure import saved_activation_bytes
 
     x = torch.randn(tokens, width)
     per_block = saved_activation_bytes(ch05.make_stack(1, width, mult), x)
@@ -184,7 +184,7 @@ def _all_alive_optimum(depth, mult, tokens, width):  # the old count: all k chec
 
 
 def _measured_optimum(depth, mult, tokens, width):  # a correct measurement for 5.2's second half
-    from utils.measure import saved_activation_bytes
+    from utils.lessons.measure import saved_activation_bytes
 
     x = torch.randn(tokens, width)
     per_block = saved_activation_bytes(ch05.make_stack(1, width, mult), x)
@@ -201,7 +201,7 @@ def test_lab05_prediction_is_for_a_stack_no_laptop_runs(monkeypatch):
     """Exercise 5.2: the meta-device block count equals a real measurement at a small size, c is 18 at the graded
     size, and the graded optimum is 25 segments at 5.375 GiB (checkpoints freed in backward); the all-alive answer
     (32 segments, 6.25 GiB), sqrt(c*N) = 24 with the all-alive peak, or sqrt(N), fails."""
-    from utils.measure import saved_activation_bytes
+    from utils.lessons.measure import saved_activation_bytes
 
     x = torch.randn(16, 8)
     assert ch05.block_saved_bytes_meta(8, 16, 8) == saved_activation_bytes(ch05.make_stack(1, 8, 8), x)

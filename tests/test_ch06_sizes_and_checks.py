@@ -10,15 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from utils.checks import ch06
-from utils.sizes import TIERS, tier_budget
+from utils.course.checks import ch06
+from utils.lessons.sizes import TIERS, tier_budget
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_every_full_size_experiment_fits_the_tier(tier):
-    from utils.experiment_sizes.ch06 import footprints
+    from utils.lessons.experiment_sizes.ch06 import footprints
 
     for name, nbytes in footprints(tier).items():
         assert 0 < nbytes <= tier_budget(tier), (tier, name, nbytes / 2**30)
@@ -27,7 +27,7 @@ def test_every_full_size_experiment_fits_the_tier(tier):
 
 
 def test_mem_shape_rebuilds_a_saved_runs_model():
-    from utils.experiment_sizes.ch06 import MEM_SHAPE, mem_shape
+    from utils.lessons.experiment_sizes.ch06 import MEM_SHAPE, mem_shape
 
     assert mem_shape() == MEM_SHAPE and mem_shape("full") == (4, 512, 512, 256)
     with pytest.raises(ValueError, match="size"):

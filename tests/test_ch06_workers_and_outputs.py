@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.test_distributed import notebook_worker
-from utils.distributed import launch_script
+from utils.lessons.distributed import launch_script
 
 ROOT = Path(__file__).resolve().parent.parent
 NB = ROOT / "notebooks" / "06_gradient_accumulation.ipynb"
@@ -117,7 +117,7 @@ def _lesson_functions() -> types.SimpleNamespace:
     sources = ["".join(c["source"]) for c in cells() if c["cell_type"] == "code"]
     nodes = [n for src in sources if not src.startswith("%") for n in ast.parse(src).body  # %%writefile: a file
              if isinstance(n, ast.FunctionDef) and n.name in wanted]
-    from utils.models import GPT, GPTConfig
+    from utils.lessons.models import GPT, GPTConfig
 
     ns = {"torch": torch, "GPT": GPT, "GPTConfig": GPTConfig, "MiB": 2**20}
     exec(compile(ast.Module(body=nodes, type_ignores=[]), str(NB), "exec"), ns)  # noqa: S102

@@ -10,8 +10,8 @@ import nbformat
 import pytest
 import torch
 
-from utils.checks import ch07
-from utils.checks.core import CheckFailed
+from utils.course.checks import ch07
+from utils.course.checks.core import CheckFailed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -243,7 +243,7 @@ def test_classic_mistakes_fail():
 def test_kept_loss_reference_is_the_meta_graph_walk():
     """The 7.2 reference formula equals the graph census of LlamaStyle built on the meta device, at the public and
     held-out shapes, and the chapter's census of a real (CPU) tiny model."""
-    from utils.profiling import graph_held_bytes
+    from utils.lessons.profiling import graph_held_bytes
 
     cases = [(ch07.LLAMA8B, 4096), (ch07.TINY, 10),
              ({"vocab": 32000, "d_model": 2048, "n_layer": 16, "n_head": 16, "n_kv_head": 16, "ffn_hidden": 5632},

@@ -17,10 +17,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utils.allocator_model import CachingAllocatorModel
-from utils.experiment_sizes import ch07 as sizes
-from utils.results import reference_results
-from utils.verdicts.ch07 import c26
+from utils.course.results import reference_results
+from utils.course.verdicts.ch07 import c26
+from utils.lessons.allocator_model import CachingAllocatorModel
+from utils.lessons.experiment_sizes import ch07 as sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "07_memory_profiling.ipynb"
@@ -209,7 +209,7 @@ def test_the_real_memory_summary_is_shown_and_read_from_the_executed_gpu_noteboo
     printed under it (from results/<device>/executed/), and the figures the reading quotes are that printout's."""
     import re as _re
 
-    from utils.results import printed_on_gpu
+    from utils.course.results import printed_on_gpu
 
     found = dict(printed_on_gpu("07_memory_profiling", "PyTorch CUDA memory summary"))
     summary = found["NVIDIA H100 80GB HBM3"]

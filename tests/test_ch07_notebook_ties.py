@@ -21,10 +21,10 @@ from torch import nn
 from torch.nn import functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from utils import oom, profiling
-from utils.allocator_model import AllocatorOutOfMemoryError, CachingAllocatorModel
-from utils.experiment_sizes import ch07 as sizes
-from utils.quiet import native_stderr_silenced
+from utils.lessons import oom, profiling
+from utils.lessons.allocator_model import AllocatorOutOfMemoryError, CachingAllocatorModel
+from utils.lessons.experiment_sizes import ch07 as sizes
+from utils.lessons.quiet import native_stderr_silenced
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "07_memory_profiling.ipynb"
 NAMES = ("gc_tensors", "live_tensors", "graph_held_bytes", "run_oom_safe", "largest_fitting", "frame_label",
@@ -182,7 +182,7 @@ def test_allocator_rules_match_torch_headers(nb):
 
 def test_fragmentation_survivors_pin_large_segments(nb):
     """Issue 12, bug 12: survivors of exactly 1 MiB go to the small pool and never pin large segments; issue 23:
-    the section runs on the allocator model (utils/allocator_model.py), and its reading's directions hold."""
+    the section runs on the allocator model (utils/lessons/allocator_model.py), and its reading's directions hold."""
     assert sizes.FRAG_SURVIVOR_BYTES > 2**20
     assert f"{sizes.FRAG_SURVIVOR_BYTES}" in nb.FRAGMENT
     seq = nb.fragmentation_sequence(sizes.FRAG_PAIRS, sizes.FRAG_GROWING)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from utils.experiment_sizes import ch07
-from utils.sizes import TIERS, tier_budget
+from utils.lessons.experiment_sizes import ch07
+from utils.lessons.sizes import TIERS, tier_budget
 
 
 @pytest.mark.parametrize("tier", TIERS)

@@ -11,15 +11,15 @@ import pytest
 import torch
 from lab_helpers import hidden_cases, solution_namespace
 
-from utils.checks.ch08 import (
+from utils.course.checks.ch08 import (
     E4M3,
     check_delayed_scaling,
     check_roundtrip,
     reference_mx_dequantize,
     reference_scale_and_clipped,
 )
-from utils.checks.core import CheckFailed
-from utils.sizes import TIERS, tier_budget
+from utils.course.checks.core import CheckFailed
+from utils.lessons.sizes import TIERS, tier_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,7 +132,7 @@ def test_chapter_delayed_scaling_and_mx_agree_with_the_checks():
 
 
 def test_full_sizes_fit_every_tier():
-    from utils.experiment_sizes.ch08 import footprints
+    from utils.lessons.experiment_sizes.ch08 import footprints
 
     for tier in TIERS:
         for name, nbytes in footprints(tier).items():

@@ -202,9 +202,9 @@ def test_the_ledger_beside_the_h100_checkpointed_step_is_read_as_it_is():
     from dataclasses import replace
     from pathlib import Path
 
-    from utils.experiment_sizes import ch09
     from utils.ledger.gpt import shape_of
     from utils.ledger.plan import Choice, memory_of
+    from utils.lessons.experiment_sizes import ch09
 
     root = Path(__file__).resolve().parent.parent
     table = json.loads((root / "results" / "nvidia-h100-80gb-hbm3" / "09_capstone_fit_a_model.json").read_text())

@@ -1,12 +1,13 @@
-"""The planner offers chunked linear-cross-entropy (issue 25): the logits lines shrink by what utils.chunked_loss
-measures, and a plan that needs it finds it."""
+"""The planner offers chunked linear-cross-entropy (issue 25): the logits lines shrink by what
+utils.lessons.chunked_loss measures, and a plan that needs it finds it."""
 
 from dataclasses import replace
 
 import pytest
 
+from utils.ledger.budget import GIB
 from utils.ledger.gpt import TransformerShape
-from utils.ledger.plan import CHUNK_LOSS_TENSORS, GIB, Choice, memory_of, plan, step_moments
+from utils.ledger.plan import CHUNK_LOSS_TENSORS, Choice, memory_of, plan, step_moments
 
 # A Llama-3-8B-like GPT stand-in: 128,256 vocabulary at 8,192 tokens
 BIG_VOCAB = TransformerShape(32, 4096, 32, 8192, 128256)

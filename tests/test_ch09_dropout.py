@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from utils.ledger.gpt import shape_of, transformer_activation_bytes, transformer_memory
-from utils.measure import saved_activation_bytes
-from utils.models import GPT, GPTConfig, gpt_batch
+from utils.lessons.measure import saved_activation_bytes
+from utils.lessons.models import GPT, GPTConfig, gpt_batch
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])

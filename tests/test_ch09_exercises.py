@@ -11,11 +11,11 @@ import pytest
 import torch
 from notebook_lessons import exec_lesson
 
-from utils.experiment_sizes.ch09 import HF_BATCH, HF_LAYERS, HF_SEQ, HF_STEPS, HF_WIDTH
 from utils.ledger.architectures import shape_of_model
 from utils.ledger.budget import REPORTED_GIB, usable_budget
 from utils.ledger.plan import Choice, TransformerShape, plan
-from utils.sizes import experiment_size, memory_fraction_in_force
+from utils.lessons.experiment_sizes.ch09 import HF_BATCH, HF_LAYERS, HF_SEQ, HF_STEPS, HF_WIDTH
+from utils.lessons.sizes import experiment_size, memory_fraction_in_force
 
 GIB = 2**30
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "09_capstone_fit_a_model.ipynb"
@@ -75,9 +75,9 @@ def test_exercise_three_at_40_percent_the_run_the_answer_states():
     from peft import LoraConfig, get_peft_model
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from utils.env import default_device, device_info
-    from utils.measure import step_peak
-    from utils.plan_runs import make_optimizer
+    from utils.lessons.env import default_device, device_info
+    from utils.lessons.measure import step_peak
+    from utils.lessons.plan_runs import make_optimizer
 
     device = default_device()
     ns = {"torch": torch, "F": F, "mock": mock, "warnings": warnings, "GPT2Config": GPT2Config,

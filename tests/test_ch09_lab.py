@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from utils.checks.ch09 import (
+from utils.course.checks.ch09 import (
     LAB_CONFIG,
     LivePeak,
     check_chunked_loss,
@@ -19,10 +19,10 @@ from utils.checks.ch09 import (
     lora_attention_count,
     states_per_gpu,
 )
-from utils.checks.core import CheckFailed
-from utils.experiment_sizes import ch09 as sizes
-from utils.fsdp_demo import fsdp_peaks
-from utils.sizes import TIERS, tier_budget
+from utils.course.checks.core import CheckFailed
+from utils.lessons.experiment_sizes import ch09 as sizes
+from utils.lessons.fsdp_demo import fsdp_peaks
+from utils.lessons.sizes import TIERS, tier_budget
 
 HIDDEN_FILE = Path(__file__).resolve().parents[1] / "grading" / "hidden" / "ch09.py"
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from notebook_lessons import exec_lesson
 
+import utils.ledger.budget as budget
 import utils.ledger.plan as packaged
 from utils.ledger.gpt import TransformerShape, transformer_activation_bytes
 from utils.ledger.plan import LORA_TARGETS, OPTIMIZERS, Choice
@@ -123,7 +124,7 @@ def test_the_notebooks_formulas_equal_utils_plan(lesson, shape, rank, targets, f
     assert lesson["lora_parameters"](shape, rank, targets, fused) == packaged.lora_parameters(
         shape, rank, targets, fused
     )
-    assert lesson["usable_budget"](reported) == packaged.usable_budget(reported)
+    assert lesson["usable_budget"](reported) == budget.usable_budget(reported)
     assert lesson["block_parameters"](shape) == packaged.block_parameters(shape)
     for optimizer in OPTIMIZERS:
         for size in (2, 4):

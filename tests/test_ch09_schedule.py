@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from utils.estimate import checkpointed
 from utils.ledger.gpt import TransformerShape
 from utils.ledger.plan import (
     Choice,
@@ -20,7 +19,8 @@ from utils.ledger.plan import (
     memory_of,
     step_moments,
 )
-from utils.models import GPT, GPTConfig, gpt_batch
+from utils.lessons.estimate import checkpointed
+from utils.lessons.models import GPT, GPTConfig, gpt_batch
 
 SEVEN = TransformerShape(32, 4096, 32, 2048, 32000)
 
@@ -126,7 +126,8 @@ def test_the_ledger_counts_the_cache_where_it_sets_the_peak():
 def test_the_host_ledger_of_offload():
     """Issue 25 error 2 and reviews s5-s6: ZeRO-Offload of a 7B model needs 20 B/param of host RAM, about 144 GiB once
     torch rounds DeepSpeed's pinned blocks up to powers of two."""
-    from utils.ledger.plan import GIB, host_memory_of
+    from utils.ledger.budget import GIB
+    from utils.ledger.plan import host_memory_of
 
     off = Choice(precision="bf16-mixed", checkpointing=True, accumulation=32, offload_optimizer=True)
     host = host_memory_of(SEVEN, off)
@@ -146,7 +147,8 @@ def test_the_host_ledger_of_offload():
 
 def test_plan_skips_offload_plans_that_exceed_host_ram(monkeypatch):
     import utils.ledger.plan as plan_module
-    from utils.ledger.plan import GIB, plan, usable_budget
+    from utils.ledger.budget import GIB, usable_budget
+    from utils.ledger.plan import plan
 
     budget = usable_budget(int(22.5 * GIB))
     small_host = plan(SEVEN, budget, 32, host_bytes=24 * GIB)

@@ -11,11 +11,11 @@ import nbformat
 import pytest
 
 from utils.ledger.architectures import ARCHITECTURES, shape_of_model
-from utils.ledger.budget import CAPABILITY
+from utils.ledger.budget import CAPABILITY, GIB, REPORTED_GIB, usable_budget
 from utils.ledger.gpt import PRESETS
-from utils.ledger.plan import GIB, REPORTED_GIB, costs_table, plan, usable_budget
-from utils.plan_runs import plan_figure
-from utils.tables import format_table
+from utils.ledger.plan import costs_table, plan
+from utils.lessons.plan_runs import plan_figure
+from utils.lessons.tables import format_table
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "09_capstone_fit_a_model.ipynb"
 
@@ -124,7 +124,7 @@ def test_plan_figure_one_bar_per_step_and_the_budget_as_printed():
 def test_the_panel_and_its_figure_are_seen_together_in_a_1400_x_900_window(plan_report):
     """Issue 37 item 5: the controls stand beside the output, and the first picture with its printed lines and cost
     table fits under the panel's title in a 900-pixel-high window (JupyterLab's inline figures at 100 dpi)."""
-    from utils.widgets import Panel
+    from utils.lessons.widgets import Panel
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
     source = next(c.source for c in nb.cells if c.cell_type == "code" and "def plan_report" in c.source)
@@ -138,13 +138,14 @@ def test_the_panel_and_its_figure_are_seen_together_in_a_1400_x_900_window(plan_
     # beside the controls' column (about 310 px) JupyterLab scales a wider figure down to the output's width;
     # tests/test_lab_flow_browser.py sees the panel, figure included, fit one 1,400 x 900 screen
     assert width <= 800
-    panel = Panel(lambda n: str(n), {"n": __import__("utils.widgets", fromlist=["slider"]).slider(2, 1, 3)},
+    panel = Panel(lambda n: str(n), {"n": __import__("utils.lessons.widgets", fromlist=["slider"]).slider(2, 1, 3)},
                   beside=True)
     row = panel.widget.children[-1]
     assert type(row).__name__ == "HBox" and row.children[-1] is panel.output
     assert panel.controls["n"] in row.children[0].children
     with pytest.raises(TypeError, match="beside"):
-        Panel(lambda n: n, {"n": __import__("utils.widgets", fromlist=["slider"]).slider(2, 1, 3)}, beside="yes")
+        Panel(lambda n: n, {"n": __import__("utils.lessons.widgets", fromlist=["slider"]).slider(2, 1, 3)},
+              beside="yes")
 
 
 def test_the_panels_labels_are_whole_and_its_text_wraps_at_words():
@@ -152,7 +153,7 @@ def test_the_panels_labels_are_whole_and_its_text_wraps_at_words():
     JupyterLab broke the printed plan mid-word ("N / F4"). tests/test_lab_flow_browser.py sees both in Chromium."""
     from ipywidgets import Checkbox
 
-    from utils.widgets import WORD_WRAP_CSS, Panel, dropdown, log2_slider
+    from utils.lessons.widgets import WORD_WRAP_CSS, Panel, dropdown, log2_slider
 
     controls = {"model": dropdown(["a", "b"], "a", "model"), "seq": log2_slider(32, 0, 8, "sequences per step"),
                 "lora": Checkbox(value=True, description="allow LoRA")}

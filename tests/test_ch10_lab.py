@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 import utils.ledger.parallel
-from utils.checks import ch10
+from utils.course.checks import ch10
 from utils.ledger.plan import Choice
 
 ROOT = Path(__file__).resolve().parents[1]

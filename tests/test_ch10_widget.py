@@ -9,10 +9,11 @@ import nbformat
 import pytest
 
 from utils.ledger.architectures import ARCHITECTURES, shape_of_model
+from utils.ledger.budget import GIB, REPORTED_GIB, usable_budget
 from utils.ledger.gpt import PRESETS
-from utils.ledger.plan import GIB, REPORTED_GIB, costs_table, plan, usable_budget
-from utils.plan_runs import plan_figure
-from utils.tables import format_table
+from utils.ledger.plan import costs_table, plan
+from utils.lessons.plan_runs import plan_figure
+from utils.lessons.tables import format_table
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "10_beyond_one_gpu.ipynb"
 

@@ -1,4 +1,4 @@
-"""No check can be gamed: every `check_*` of utils/checks/ is handed three submissions that must NOT pass:
+"""No check can be gamed: every `check_*` of utils/course/checks/ is handed three submissions that must NOT pass:
 
 - `None` (a check's reference path must never be reachable from a learner's value);
 - a wrapped reference: an answer that returns the reference's result by calling the check module's own reference
@@ -23,12 +23,12 @@ import pytest
 import torch
 from torch import nn
 
-from utils.checks import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, warmup
-from utils.checks.protocol import STRICT_ENV
+from utils.course.checks import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, warmup
+from utils.course.checks.protocol import STRICT_ENV
 
 MODULES = (warmup, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10)
-# a reasoning that names every prediction's quantities (utils.checks.core.REASONING_TERMS), so that what is tested
-# is the prediction and the function, not the reasoning
+# a reasoning that names every prediction's quantities (utils.course.checks.core.REASONING_TERMS), so that what is
+# tested is the prediction and the function, not the reasoning
 WORDS = ("Per layer and token, the bytes of weights, gradients and Adam moments per parameter; the scale, amax and "
          "standard deviation of the E4M3 weights, flushed to zero; segments of blocks saved; eps and k in the update; "
          "the rank of each LoRA adapter on the attention matrices; a view or a copy of the storage.")
@@ -38,7 +38,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("check_packed_bytes", "wrapped reference"): "the reference is the packing formula itself, no measurement",
     ("check_read_run", "library"): "torch has no reader of a run's memory_stats() trend",
     ("check_packed_bytes", "library"): "torch has no packed-size helper for an arbitrary bit width",
-    ("check_saved_bytes", "library"): "torch has no by-dtype saved-tensor counter (utils.measure's total is watched: "
+    ("check_saved_bytes", "library"): "torch has no by-dtype saved-tensor counter (utils.lessons.measure's total is "
+                                      "watched: "
                                       "the course's own implementation)",
     ("check_format_bytes", "wrapped reference"): "the expected strings are literals",
     ("check_format_bytes", "library"): "torch has no byte formatter",
@@ -135,7 +136,7 @@ def _mx_element_by_torchao(code: int, exp_bits: int, man_bits: int) -> float:
 
 def _swiglu_by_measuring(tokens: int, d: int, ffn: int, mode: str) -> int:
     """The check's own block measured on the meta device: the measurement the exercise asks to replace by a formula."""
-    from utils.measure import saved_activation_bytes
+    from utils.lessons.measure import saved_activation_bytes
 
     with torch.device("meta"):
         block = ch05.SwiGLUBlock(d, ffn)
@@ -167,9 +168,9 @@ def _plan_by_planner(cfg: Any, budget: int, effective: int) -> Any:
 
 
 def _oom_search_by_library(step: Callable, optimizer: Any, effective: int, limit: int) -> tuple[int, int]:
-    """utils.profiling's search and utils.oom's safe step, over the divisors (one retry each)."""
-    from utils.oom import run_step_oom_safe
-    from utils.profiling import largest_fitting
+    """utils.lessons.profiling's search and utils.lessons.oom's safe step, over the divisors (one retry each)."""
+    from utils.lessons.oom import run_step_oom_safe
+    from utils.lessons.profiling import largest_fitting
 
     sizes = [d for d in range(1, limit + 1) if effective % d == 0]
 
@@ -182,7 +183,7 @@ def _oom_search_by_library(step: Callable, optimizer: Any, effective: int, limit
 
 
 def _largest_batch_by_measuring(cfg: Any, budget: int) -> int:
-    from utils.profiling import largest_fitting
+    from utils.lessons.profiling import largest_fitting
 
     return largest_fitting(lambda b: ch01.measured_peak(cfg, b) <= budget, limit=256)
 
@@ -209,7 +210,7 @@ def _delayed_by_chapter_steps(tensors, fmt, margin, history_len, algo) -> list:
 
 def _lora_block_by_measuring(batch, seq_len, d_model, n_head, rank) -> int:
     """The course's own measurement of the course's LoRA block (big shapes would not run; the guard stops it)."""
-    from utils.measure import saved_activation_bytes
+    from utils.lessons.measure import saved_activation_bytes
 
     block = ch01.lora_block(d_model, n_head, seq_len, rank)
     return saved_activation_bytes(block, torch.randn(batch, seq_len, d_model, requires_grad=True))
@@ -217,7 +218,7 @@ def _lora_block_by_measuring(batch, seq_len, d_model, n_head, rank) -> int:
 
 def _block_formula_by_measuring(batch, seq_len, d_model, n_head, attention, precision) -> int:
     """The parallel block measured by the course's own counter (big shapes would not run; the guard stops it)."""
-    from utils.measure import saved_activation_bytes
+    from utils.lessons.measure import saved_activation_bytes
 
     block = ch01.ParallelBlock(ch01.GPTConfig(n_layer=1, d_model=d_model, n_head=n_head, seq_len=seq_len,
                                               attention=attention))
@@ -247,8 +248,8 @@ def _changed_by_reference(n: float, k: int, eps: float, mu: float, sigma: float,
 # in ALLOWED. A prediction exercise gets the true prediction and a long reasoning, so its measurement is what is
 # tested.
 def _submissions() -> dict[str, tuple[Any, Any]]:
-    from utils.formats import decode
-    from utils.measure import saved_activation_bytes
+    from utils.lessons.formats import decode
+    from utils.lessons.measure import saved_activation_bytes
 
     to16 = lambda code: torch.tensor(code, dtype=torch.int32).to(torch.int16).view(torch.float16).item()  # noqa: E731
     pred = {
@@ -442,7 +443,7 @@ def _schedule_by_reference(depth: int, block_bytes: int, input_bytes: int, budge
 
 
 def _replay_by_allocator_model(events: list) -> dict:
-    from utils.allocator_model import CachingAllocatorModel  # chapter 07's own replay of the rules
+    from utils.lessons.allocator_model import CachingAllocatorModel  # chapter 07's own replay of the rules
 
     model, handles = CachingAllocatorModel(2**50), {}
     for event in events:
@@ -457,7 +458,7 @@ def _replay_by_allocator_model(events: list) -> dict:
 
 def _chunked_loss_by_library(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                              chunk: int) -> torch.Tensor:
-    from utils.chunked_loss import chunked_cross_entropy
+    from utils.lessons.chunked_loss import chunked_cross_entropy
 
     return chunked_cross_entropy(hidden, weight, targets, chunk)
 
@@ -502,7 +503,7 @@ def test_gamed_submission_does_not_pass(name: str, kind: str, monkeypatch: pytes
 
 
 def test_own_work_sees_a_renamed_reference() -> None:
-    from utils.checks.core import CheckFailed, own_work
+    from utils.course.checks.core import CheckFailed, own_work
 
     alias = ch03.reference_flushed
     with pytest.raises(CheckFailed, match="reference_flushed"):
@@ -515,8 +516,8 @@ def test_own_work_sees_a_renamed_reference() -> None:
 def test_own_work_sees_a_format_made_without_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Review 34c, A3: 2.1 decoded by `.half()` and an int16 bit view (no call names float16) passed; the dtype
     watch now sees a call that takes or makes a tensor of a watched format."""
-    from utils.checks import ch02
-    from utils.checks.core import CheckFailed, own_work
+    from utils.course.checks import ch02
+    from utils.course.checks.core import CheckFailed, own_work
 
     def decode(code: int) -> float:
         t = torch.empty(1).half()
@@ -539,7 +540,7 @@ def test_own_work_sees_a_process_started_by_the_answer() -> None:
     import subprocess
     import sys
 
-    from utils.checks.core import CheckFailed, own_work
+    from utils.course.checks.core import CheckFailed, own_work
 
     def forked() -> int:
         pid = os.fork()
@@ -561,7 +562,7 @@ def test_the_graders_own_fork_is_not_the_learners() -> None:
     """The grader's fork that answers a batch of tensor calls (grading/runner.py) runs inside the check's watch; it
     is not reported as the learner's process."""
     from grading.runner import _forked_each
-    from utils.checks.core import own_work
+    from utils.course.checks.core import own_work
 
     with own_work(ch03.reference_flushed):
         replies = _forked_each(lambda t: float(t.sum()), [((torch.ones(3),), {})])
@@ -572,8 +573,8 @@ def test_own_work_sees_a_copy_of_the_reference_with_its_strings_changed() -> Non
     """Review 34c, A4: 2.2's reference read from disk and run with its docstrings changed was 'the learner's own'."""
     from pathlib import Path
 
-    from utils.checks import ch02
-    from utils.checks.core import CheckFailed, own_work
+    from utils.course.checks import ch02
+    from utils.course.checks.core import CheckFailed, own_work
 
     source = Path(ch02.__file__).read_text(encoding="utf-8").replace('"""', '""" ')  # the review's cell, as written
     namespace: dict = {"__name__": "my_notes"}
@@ -592,7 +593,7 @@ def test_own_work_sees_an_answer_reading_the_checks_frames() -> None:
     import logging
     import sys
 
-    from utils.checks.core import CheckFailed, own_work
+    from utils.course.checks.core import CheckFailed, own_work
 
     def peek_caller() -> dict:
         return dict(sys._getframe(1).f_locals)

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from utils.chunked_loss import chunked_cross_entropy, logits_saved_bytes
-from utils.measure import SavedTensorCounter
+from utils.lessons.chunked_loss import chunked_cross_entropy, logits_saved_bytes
+from utils.lessons.measure import SavedTensorCounter
 
 
 def _inputs(tokens=512, d=32, vocab=2000):

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from utils.results import VERDICT_LEGEND, VERDICTS, claims_summary, load_claims, write_ledger
+from utils.course.results import VERDICT_LEGEND, VERDICTS, claims_summary, load_claims, write_ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def test_ledger_files(tmp_path: Path) -> None:
 
 
 def test_make_claims_command(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "utils.results", "--claims", "--out", str(tmp_path)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "utils.course.results", "--claims", "--out", str(tmp_path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, env={"COLUMNS": "90", "PATH": ""})
     assert out.returncode == 0, out.stderr
     summary = out.stdout.split("The full ledger")[0].splitlines()

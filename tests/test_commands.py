@@ -27,17 +27,17 @@ def broken_solutions(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize(("args", "named"), [
-    (("utils.labs", "--solutions", "no-such-folder", "--check"), "no-such-folder"),
-    (("utils.labs", "--solutions", "no-such-folder"), "no-such-folder"),
-    (("utils.grade", "--time-limit", "nan", "labs"), "time-limit"),
-    (("utils.grade", "--time-limit", "inf", "labs"), "time-limit"),
-    (("utils.grade", "--time-limit", "-5", "labs"), "time-limit"),
-    (("utils.grade", "no-such-submissions"), "no-such-submissions"),
-    (("utils.estimate", "--no-such-option"), "--no-such-option"),
-    (("utils.results", "--claims", "--root", "no-such-results"), "no-such-results"),
-    (("utils.outputs", "--only", "77"), "--only"),
-    (("utils.hosted",), "--apply"),
-    (("utils.glossary",), "--apply"),
+    (("utils.course.labs", "--solutions", "no-such-folder", "--check"), "no-such-folder"),
+    (("utils.course.labs", "--solutions", "no-such-folder"), "no-such-folder"),
+    (("utils.course.grade", "--time-limit", "nan", "labs"), "time-limit"),
+    (("utils.course.grade", "--time-limit", "inf", "labs"), "time-limit"),
+    (("utils.course.grade", "--time-limit", "-5", "labs"), "time-limit"),
+    (("utils.course.grade", "no-such-submissions"), "no-such-submissions"),
+    (("utils.lessons.estimate", "--no-such-option"), "--no-such-option"),
+    (("utils.course.results", "--claims", "--root", "no-such-results"), "no-such-results"),
+    (("utils.course.outputs", "--only", "77"), "--only"),
+    (("utils.course.hosted",), "--apply"),
+    (("utils.course.glossary",), "--apply"),
 ])
 def test_bad_arguments_fail_with_one_line(args: tuple[str, ...], named: str) -> None:
     out = run(*args)
@@ -49,14 +49,14 @@ def test_bad_arguments_fail_with_one_line(args: tuple[str, ...], named: str) -> 
 @pytest.mark.parametrize("kind", ["invalid-json", "empty-object", "list"])
 def test_labs_check_names_a_broken_solution_file(tmp_path: Path, kind: str) -> None:
     folder = broken_solutions(tmp_path)[kind]
-    out = run("utils.labs", "--check", "--solutions", str(folder), "--labs", str(tmp_path / "labs"))
+    out = run("utils.course.labs", "--check", "--solutions", str(folder), "--labs", str(tmp_path / "labs"))
     assert out.returncode != 0
     assert "Traceback" not in out.stderr + out.stdout, out.stderr[-2000:]
     assert "01_broken.ipynb" in out.stderr
 
 
 def test_gpu_check_without_a_gpu_says_so_in_one_line() -> None:
-    out = run("utils.gpu_check")
+    out = run("utils.course.gpu_check")
     assert out.returncode != 0
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and "GPU" in lines[0], lines

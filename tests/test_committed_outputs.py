@@ -1,5 +1,5 @@
 """Committed chapter outputs carry no stderr: no library noise, warnings or tracebacks for a learner to read as a
-broken install (utils.quiet drops the known noise where the course imports torchao or runs the profiler)."""
+broken install (utils.lessons.quiet drops the known noise where the course imports torchao or runs the profiler)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from utils import glossary, hosted, labs, results
+from utils.course import glossary, hosted, labs, results
 
 DAMAGES: dict[str, str | None] = {
     "missing": None,

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utils.distributed import launch_script
+from utils.lessons.distributed import launch_script
 
 ROOT = Path(__file__).resolve().parent.parent
 CH06 = ROOT / "notebooks" / "06_gradient_accumulation.ipynb"
@@ -116,7 +116,7 @@ def test_launch_script_without_result_says_so(tmp_path):
 
 @pytest.mark.slow
 def test_fsdp2_halves_every_part_per_rank():
-    from utils.distributed import fsdp2_demo
+    from utils.lessons.distributed import fsdp2_demo
 
     start = time.monotonic()
     result = fsdp2_demo(width=32)
@@ -133,7 +133,7 @@ def test_a_failed_rank_is_reported_at_once_not_as_a_timeout(tmp_path):
     """Rank 0 fails while rank 1 would wait for it: the error names rank 0 within seconds, not the deadline."""
     import time
 
-    from utils.distributed import launch_script
+    from utils.lessons.distributed import launch_script
 
     script = tmp_path / "worker.py"
     script.write_text("import os, sys, time\nif os.environ['RANK'] == '0':\n    sys.exit('rank 0 broke')\n"
@@ -145,7 +145,7 @@ def test_a_failed_rank_is_reported_at_once_not_as_a_timeout(tmp_path):
 
 
 def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path):
-    from utils.distributed import launch_script
+    from utils.lessons.distributed import launch_script
 
     marker = tmp_path / "first-try-done"
     script = tmp_path / "worker.py"

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from utils import distributed, fsdp_demo
-from utils.distributed import accelerator_local_rank, free_port, launch_script
+from utils.lessons import distributed, fsdp_demo
+from utils.lessons.distributed import accelerator_local_rank, free_port, launch_script
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utils import glossary
+from utils.course import glossary
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -63,7 +63,7 @@ def test_every_relative_link_resolves() -> None:
 def test_glossary_terms_linked_at_first_use(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     missing = glossary.unlinked_terms([c.source for c in nb.cells if c.cell_type == "markdown"], glossary.terms())
-    assert not missing, f"run `python -m utils.glossary --apply`; not linked: {missing}"
+    assert not missing, f"run `python -m utils.course.glossary --apply`; not linked: {missing}"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name[:2])
@@ -103,7 +103,7 @@ def test_github_workflow_runs_the_courses_ci() -> None:
 def test_every_glossary_entry_has_an_explicit_lowercase_anchor() -> None:
     """JupyterLab keeps a heading's case in its id, so the chapters' lowercase links need `<a id>` anchors (issue 37):
     every entry has one, matching the anchor the chapters link, and a stale one is replaced, not duplicated."""
-    from utils import glossary
+    from utils.course import glossary
 
     text = glossary.GLOSSARY.read_text(encoding="utf-8")
     assert glossary.with_explicit_anchors(text) == text

@@ -3,8 +3,8 @@ import os
 import pytest
 import torch
 
-from utils.chapters import CHAPTERS, chapter_support, support_matrix
-from utils.env import (
+from utils.course.chapters import CHAPTERS, chapter_support, support_matrix
+from utils.lessons.env import (
     capability_gates,
     default_device,
     device_info,
@@ -97,7 +97,8 @@ def test_chapter_support():
 
 def test_readme_support_matrix_is_computed():
     readme = open("README.md", encoding="utf-8").read()
-    assert support_matrix() in readme, "README's support matrix is stale: paste `python -m utils.chapters --matrix`"
+    assert support_matrix() in readme, \
+        "README's support matrix is stale: paste `python -m utils.course.chapters --matrix`"
     for ch in CHAPTERS:
         name = f"{ch.number}_{ch.slug}"
         assert name in readme

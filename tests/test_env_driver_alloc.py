@@ -1,4 +1,4 @@
-"""utils.env's host checks: the driver against torch's CUDA build (bug 6), the allocator settings torch applies
+"""utils.lessons.env's host checks: the driver against torch's CUDA build (bug 6), the allocator settings torch applies
 (bug 8, checked against the installed torch), and nvidia-smi asked by the device's UUID (bug 10)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from utils import env
-from utils.env import (
+from utils.lessons import env
+from utils.lessons.env import (
     allocator_settings,
     cuda_build_note,
     device_uuid,
@@ -94,7 +94,7 @@ def test_allocator_settings_agree_with_the_installed_torch(variables):
     """The parsed settings of a fresh process (torch._C._accelerator_getAllocatorSettings: the string that
     AcceleratorAllocatorConfig parsed) are the ones allocator_settings names."""
     child_env = {k: v for k, v in os.environ.items() if k not in env.ALLOC_CONF_VARIABLES} | variables
-    code = ("import json, torch; from utils.env import allocator_settings; "
+    code = ("import json, torch; from utils.lessons.env import allocator_settings; "
             "print(json.dumps([torch._C._accelerator_getAllocatorSettings(), allocator_settings().value]))")
     out = subprocess.run([sys.executable, "-c", code], env=child_env | {"PYTHONPATH": str(REPO)}, cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=True).stdout

@@ -6,10 +6,10 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from utils.estimate import checkpointed, estimate_memory, main, make_optimizer, measure_step, validate
 from utils.ledger.gpt import PRESETS, TransformerShape, transformer_activation_bytes, transformer_memory
-from utils.measure import gradient_bytes, optimizer_state_bytes, parameter_bytes, saved_activation_bytes
-from utils.models import GPT, GPTConfig, cnn, gpt_batch, mlp
+from utils.lessons.estimate import checkpointed, estimate_memory, main, make_optimizer, measure_step, validate
+from utils.lessons.measure import gradient_bytes, optimizer_state_bytes, parameter_bytes, saved_activation_bytes
+from utils.lessons.models import GPT, GPTConfig, cnn, gpt_batch, mlp
 
 
 def variants():
@@ -141,7 +141,7 @@ def test_validate_table(capsys):
 
 def test_will_it_fit_and_bar():
     from utils.ledger.plan import will_it_fit
-    from utils.plots import memory_bar
+    from utils.lessons.plots import memory_bar
 
     small = will_it_fit("163M", 8, 1024, gpu="T4")
     big = will_it_fit("65B", 1, 4096, precision="fp32", gpu="H100")
@@ -166,9 +166,9 @@ def test_will_it_fit_and_bar():
 
 def test_bad_arguments_are_named():
     """utils.validate's checks: unknown names, None shapes and bools where ints are meant are refused by name."""
-    from utils.estimate import autocast_dtype, param_dtype
     from utils.ledger.gpt import state_bytes_per_element
     from utils.ledger.plan import GPU_USABLE_BYTES, will_it_fit
+    from utils.lessons.estimate import autocast_dtype, param_dtype
 
     model, inputs = variants()["mlp"]
     with pytest.raises(ValueError, match="precision"):

@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from utils.estimate import estimate_memory, estimate_memory_fast, hf_model_on_meta
 from utils.ledger.architectures import HF_CONFIGS
-from utils.models import GPT, GPTConfig, gpt_batch
+from utils.lessons.estimate import estimate_memory, estimate_memory_fast, hf_model_on_meta
+from utils.lessons.models import GPT, GPTConfig, gpt_batch
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"precision": "bf16-mixed"}, {"checkpointing": True},

@@ -7,9 +7,9 @@ import pytest
 import torch
 from simulated_gpu import simulated
 
-from utils.estimate import estimate_memory
-from utils.measure import step_peak
-from utils.models import GPT, GPTConfig, gpt_batch
+from utils.lessons.estimate import estimate_memory
+from utils.lessons.measure import step_peak
+from utils.lessons.models import GPT, GPTConfig, gpt_batch
 
 
 @pytest.mark.parametrize("seq_len", [64, 128])

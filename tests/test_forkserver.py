@@ -1,4 +1,4 @@
-"""utils/forkserver.py: children forked from a server that imported the preload, their descriptors, waiting and
+"""utils/course/forkserver.py: children forked from a server that imported the preload, their descriptors, waiting and
 killing through pidfds, and the server's end (tests/forkserver_tasks.py holds the tasks)."""
 
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from utils.forkserver import ForkServer
+from utils.course.forkserver import ForkServer
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the fork server needs pidfds (Linux)")
@@ -143,7 +143,7 @@ def test_a_stopped_server_is_given_up_after_the_reply_timeout(monkeypatch):
     REPLY_TIMEOUT_S, and the server is ended, instead of hanging the whole grading run."""
     import signal
 
-    from utils import forkserver
+    from utils.course import forkserver
 
     monkeypatch.setattr(forkserver, "REPLY_TIMEOUT_S", 2)
     server = ForkServer.start("tests.forkserver_tasks:sleep", [], cwd=str(ROOT))

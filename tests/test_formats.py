@@ -1,4 +1,4 @@
-"""utils.formats against torch (every 8- and 16-bit pattern) and against an independent rounding reference."""
+"""utils.lessons.formats against torch (every 8- and 16-bit pattern) and against an independent rounding reference."""
 
 import math
 import random
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from utils.formats import FORMATS, decode, encode, fields, format_properties
+from utils.lessons.formats import FORMATS, decode, encode, fields, format_properties
 
 TORCH_SMALL = {"fp16": (torch.float16, torch.int16), "bf16": (torch.bfloat16, torch.int16),
                "fp8_e4m3": (torch.float8_e4m3fn, torch.uint8), "fp8_e5m2": (torch.float8_e5m2, torch.uint8),
@@ -174,7 +174,7 @@ def test_bad_arguments(call, error, match):
 
 
 def test_describe_outcomes():
-    from utils.formats import describe, spacing
+    from utils.lessons.formats import describe, spacing
 
     assert describe(1.0, "fp16").bits == "0 01111 0000000000" and describe(1.0, "fp16").outcome == "exact"
     assert describe(65520.0, "fp16").outcome == "overflow to inf"
@@ -189,8 +189,8 @@ def test_describe_outcomes():
 
 
 def test_bits_html():
-    from utils.bitview import bits_html, stored_table_html
-    from utils.formats import describe
+    from utils.lessons.bitview import bits_html, stored_table_html
+    from utils.lessons.formats import describe
 
     assert bits_html(describe(-2.0, "fp8_e5m2")).count("<span") == 3
     assert bits_html(describe(2.0, "e8m0")).count("<span") == 1

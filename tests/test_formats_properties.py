@@ -1,4 +1,4 @@
-"""Property-based tests of the chapter 02 codecs (`utils.formats`), checked with exact fractions.
+"""Property-based tests of the chapter 02 codecs (`utils.lessons.formats`), checked with exact fractions.
 
 Deterministic: hypothesis runs derandomised (a fixed seed derived from each test) with a bounded number of
 examples and no database, so the suite gives the same verdict on every run and adds a few seconds.
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from utils.formats import FORMATS, decode, describe, encode, fields, spacing
+from utils.lessons.formats import FORMATS, decode, describe, encode, fields, spacing
 
 PROPERTY = settings(derandomize=True, database=None, deadline=None, max_examples=200,
                     suppress_health_check=[HealthCheck.too_slow])

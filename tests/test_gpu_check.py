@@ -1,4 +1,4 @@
-"""`make gpu-check` (utils/gpu_check.py): one line and a non-zero exit without a GPU; its GPU path under a
+"""`make gpu-check` (utils/course/gpu_check.py): one line and a non-zero exit without a GPU; its GPU path under a
 simulated T4 (control flow only: the figures of a simulated GPU mean nothing)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 from platform_tier import only_in_platforms
 from simulated_gpu import setup_cell_source, simulated
 
-from utils import gpu_check
-from utils.gpu_check import ChapterResult, EstimateResult, chapter_notebooks, report, run_chapter
+from utils.course import gpu_check
+from utils.course.gpu_check import ChapterResult, EstimateResult, chapter_notebooks, report, run_chapter
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message is what is tested here")
@@ -95,7 +95,7 @@ def test_the_parent_never_creates_a_cuda_context_nor_imports_transformer_engine(
                  "get_device_name", "get_device_capability", "mem_get_info", "max_memory_allocated",
                  "memory_allocated", "set_device"):
         monkeypatch.setattr(torch.cuda, name, poisoned)
-    monkeypatch.setattr("utils.env.transformer_engine_status", poisoned)
+    monkeypatch.setattr("utils.lessons.env.transformer_engine_status", poisoned)
     had_te = "transformer_engine" in sys.modules
     monkeypatch.setattr(gpu_check, "run_chapter",
                         lambda path, **kw: ChapterResult(path.name, True, "every cell ran", 1.0, 1, 2))

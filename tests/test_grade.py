@@ -19,9 +19,9 @@ import pytest
 
 from tests.escapes import DENIED_REASONING, STACK_WALK
 from tests.test_grading_fixture import FIXTURE, build_fixture_course
-from utils.checks.protocol import READ_BY_HAND
-from utils.grade import collect, find_lab, for_instructor, gradescope_results, main, prepare, score
-from utils.labs import course_metadata, lab_exercises
+from utils.course.checks.protocol import READ_BY_HAND
+from utils.course.grade import collect, find_lab, for_instructor, gradescope_results, main, prepare, score
+from utils.course.labs import course_metadata, lab_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "labs" / "lab00_warmup.ipynb"
@@ -58,8 +58,8 @@ TUNED = {
 OVER_CAP = {**RIGHT, "0.4": RIGHT["0.4"].replace("    y = fn(x)\n", "    scratch = torch.empty(2**28)\n"
                                                                       "    y = fn(x)\n")}
 FAKE = """from IPython.display import display
-from utils.checks.core import CHECK_MIME, Verdict
-import utils.checks.warmup as w
+from utils.course.checks.core import CHECK_MIME, Verdict
+import utils.course.checks.warmup as w
 print("Exercise 0.1: PASSED (1/1) well done.")
 for ex in ("0.1", "0.2", "0.3", "0.4"):
     display({CHECK_MIME: {"exercise": ex, "status": "passed", "message": "", "points": 2, "max_points": 2,
@@ -108,7 +108,7 @@ PLANTED = {
     "tuned_to_public": (submission(TUNED), {"0.1": 0.5, "0.2": 1, "0.3": 1, "0.4": 0.5}),
     "over_memory_cap": (submission(OVER_CAP), {**FULL, "0.4": 0}),
     # right answers, plus an import of what a check compares answers with: nothing autograded counts
-    "imports_reference": (submission(RIGHT, extra_cell="from utils.checks.warmup import predict_target"),
+    "imports_reference": (submission(RIGHT, extra_cell="from utils.course.checks.warmup import predict_target"),
                           NONE),
     # B2 of the review: a reasoning that says it did not reason still lets the value earn its points, and it is
     # listed, with its text, for the instructor (who gives the reasoning's point by hand)
@@ -142,7 +142,7 @@ def stack_walk_notebooks(labs: Path, folder: Path) -> dict[str, list[str]]:
 
 
 def _grade(folder: Path, out: Path, labs: Path, hidden: Path, time_limit: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "utils.grade", str(folder), "--time-limit", str(time_limit), "--jobs", "1",
+    cmd = [sys.executable, "-m", "utils.course.grade", str(folder), "--time-limit", str(time_limit), "--jobs", "1",
            "--csv-dir", str(out), "--labs", str(labs), "--hidden", str(hidden)]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -196,7 +196,8 @@ def test_planted_submissions_get_the_scores_they_deserve(graded):
         assert got == expected, f"{name}: {got} != {expected}; notes: {row['notes']}"
         assert float(row["max"]) == 5
     assert "time limit" in rows["infinite_loop_lab00_warmup.ipynb"]["notes"]
-    # both runs graded through the fork server (utils/forkserver.py), which then did not fail over (review s11 K7)
+    # both runs graded through the fork server (utils/course/forkserver.py), which then did not fail over (review s11
+    # K7)
     assert graded["printed"].count("each in a process forked from one that imported torch and the checks") == 2
     assert "socket held data no request asked for" not in graded["printed"]
     assert "kernel died" in rows["kernel_killed_lab00_warmup.ipynb"]["notes"]
@@ -228,7 +229,7 @@ def test_an_answer_tuned_to_the_public_cases_loses_the_held_out_half(graded):
 
 
 def test_the_learner_sees_no_held_out_case_and_the_instructor_does() -> None:
-    from utils.grade import ExerciseScore, SubmissionScore, _lost, gradescope_results
+    from utils.course.grade import ExerciseScore, SubmissionScore, _lost, gradescope_results
 
     reason = ("public cases: passed | held-out cases: failed: expected packed_bytes((), bits=32) = 4, got -7")
     e = ExerciseScore("0.2", 1.0, 2.0, "partial", reason, public="passed", hidden="failed", hidden_max=1.0)
@@ -327,7 +328,7 @@ def test_every_reasoning_is_read_by_hand_not_counted(graded):
 
 
 def test_a_new_run_clears_the_previous_runs_files(tmp_path):
-    from utils.grade import clear_previous
+    from utils.course.grade import clear_previous
 
     (tmp_path / "gradescope" / "old").mkdir(parents=True)
     (tmp_path / "gradescope" / "old" / "results.json").write_text("{}")
@@ -389,29 +390,31 @@ def test_score_reads_only_this_runs_verdicts():
 
 
 def test_importing_a_checks_reference_is_reported():
-    from utils.grade import reference_imports
+    from utils.course.grade import reference_imports
 
     lab = nbformat.read(LAB, as_version=4)
     assert reference_imports(nbformat.read(SOLUTION, as_version=4), lab) == []
     cheat = nbformat.read(SOLUTION, as_version=4)
-    cheat.cells.append(nbformat.v4.new_code_cell("import utils.checks.ch02 as c\nfrom grading.hidden import ch02\n"
-                                                 "from utils.checks.warmup import check_packed_bytes"))
-    assert reference_imports(cheat, lab) == ["grading.hidden:ch02", "utils.checks.ch02"]
-    cheat.cells.append(nbformat.v4.new_code_cell("import importlib\nm = importlib.import_module('utils.checks.ch03')"))
-    assert "utils.checks.ch03" in reference_imports(cheat, lab)
+    cheat.cells.append(nbformat.v4.new_code_cell("import utils.course.checks.ch02 as c\nfrom grading.hidden import "
+                                                 "ch02\n"
+                                                 "from utils.course.checks.warmup import check_packed_bytes"))
+    assert reference_imports(cheat, lab) == ["grading.hidden:ch02", "utils.course.checks.ch02"]
+    cheat.cells.append(nbformat.v4.new_code_cell("import importlib\nm = "
+                                                 "importlib.import_module('utils.course.checks.ch03')"))
+    assert "utils.course.checks.ch03" in reference_imports(cheat, lab)
     ch04 = ROOT / "labs" / "lab04_automatic_mixed_precision.ipynb"  # its text offers RetrievalScorer to import
     looks = nbformat.read(ch04, as_version=4)
-    looks.cells.append(nbformat.v4.new_code_cell("from utils.checks.ch04 import RetrievalScorer"))
+    looks.cells.append(nbformat.v4.new_code_cell("from utils.course.checks.ch04 import RetrievalScorer"))
     assert reference_imports(looks, nbformat.read(ch04, as_version=4)) == []
     # a string that names a check module is not an import (review 34c, M2: it zeroed the whole notebook)
     said = nbformat.read(SOLUTION, as_version=4)
-    said.cells.append(nbformat.v4.new_code_cell("note = 'utils.checks holds the checks; grading the graders'"))
+    said.cells.append(nbformat.v4.new_code_cell("note = 'utils.course.checks holds the checks; grading the graders'"))
     assert reference_imports(said, lab) == []
 
 
 def test_reasons_read_by_the_instructor_say_what_was_found(monkeypatch):
-    from utils.checks.core import answered, run_check
-    from utils.checks.protocol import STRICT_ENV
+    from utils.course.checks.core import answered, run_check
+    from utils.course.checks.protocol import STRICT_ENV
 
     monkeypatch.delenv(STRICT_ENV, raising=False)
     for body in (lambda: (_ for _ in ()).throw(NotImplementedError), lambda: answered(..., "prediction")):
@@ -421,7 +424,7 @@ def test_reasons_read_by_the_instructor_say_what_was_found(monkeypatch):
 
 
 def test_gradescope_results_follow_the_spec():
-    from utils.grade import ExerciseScore, SubmissionScore
+    from utils.course.grade import ExerciseScore, SubmissionScore
     s = SubmissionScore("a.ipynb", "lab00_warmup", [
         ExerciseScore("0.1", 0.5, 1, "partial", "public cases: passed | held-out cases: failed: expected 1, got 2",
                       False, "passed", "failed", 0.5),
@@ -495,7 +498,8 @@ def test_without_the_fork_server_each_notebook_is_graded_in_a_process_of_its_own
 
     for name in ("a", "b"):
         shutil.copy(LAB, tmp_path / f"{name}_lab00_warmup.ipynb")
-    done = subprocess.run([sys.executable, "-m", "utils.grade", str(tmp_path), "--jobs", "2", "--time-limit", "120",
+    done = subprocess.run([sys.executable, "-m", "utils.course.grade", str(tmp_path), "--jobs", "2", "--time-limit",
+                           "120",
                            "--csv-dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "COURSE_GRADE_FORKSERVER": "0"})
     assert done.returncode == 0 and "each in a process started afresh" in done.stdout, done.stdout + done.stderr

@@ -16,8 +16,8 @@ import nbformat
 import pytest
 
 from tests.escapes import FUNCTIONS, PREDICTIONS, cheat_source
-from utils.labs import LABS_DIR, lab_exercises, parse_check_call
-from utils.labs import course_metadata as _course
+from utils.course.labs import LABS_DIR, lab_exercises, parse_check_call
+from utils.course.labs import course_metadata as _course
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,8 @@ def test_every_escape_scores_zero(tmp_path):
     cheated = cheating_notebooks(tmp_path)
     assert sum(map(len, cheated.values())) >= 28
     out = tmp_path / "grades"
-    done = subprocess.run([sys.executable, "-m", "utils.grade", str(tmp_path), "--jobs", "1", "--time-limit", "240",
+    done = subprocess.run([sys.executable, "-m", "utils.course.grade", str(tmp_path), "--jobs", "1", "--time-limit",
+                           "240",
                            "--csv-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=1400)
     assert done.returncode == 0, done.stdout + done.stderr
     for lab, exercises in cheated.items():
@@ -66,7 +67,7 @@ def test_the_watch_sees_each_escape_on_one_check(monkeypatch) -> None:
     import concurrent.futures
     import types
 
-    from utils.checks import ch02, ch07
+    from utils.course.checks import ch02, ch07
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     ref = ch07.check_read_run.__globals__["run_truth"]
@@ -102,12 +103,12 @@ def test_the_watch_sees_each_escape_on_one_check(monkeypatch) -> None:
 
 
 def test_answer_cells_reaching_into_the_checks_are_listed_for_the_instructor() -> None:
-    from utils.grade import internals_used
+    from utils.course.grade import internals_used
 
     cell = nbformat.v4.new_code_cell
     nb = nbformat.v4.new_notebook(cells=[
         cell("prediction = check_x.__globals__['truth']()", metadata={"course": {"exercise": "1.3"}}),
-        cell("import importlib.util as u\nm = u.spec_from_file_location('m', 'utils/checks/ch01.py')"),
+        cell("import importlib.util as u\nm = u.spec_from_file_location('m', 'utils/course/checks/ch01.py')"),
         cell("def f(x):\n    return x + 1"),
     ])
     lines = internals_used(nb)
@@ -118,7 +119,7 @@ def test_answer_cells_reaching_into_the_checks_are_listed_for_the_instructor() -
 def test_the_review_34c_dodges_of_the_scan_are_listed() -> None:
     """A4: a check's source read from a path built from `utils.__file__` and run with `builtins.exec`; M2: a check
     module imported by a split string; A5: a fork in the answer. Each is now listed for the instructor."""
-    from utils.grade import internals_used
+    from utils.course.grade import internals_used
 
     cell = nbformat.v4.new_code_cell
     nb = nbformat.v4.new_notebook(cells=[
@@ -138,12 +139,12 @@ def test_the_review_s5_routes_are_listed_and_torch_compile_is_not() -> None:
     """Review s5: exercise 7.6 passed by a helper process started with os.system before the check (F2) and by the
     model's source read through `__file__`, edited and imported (F2b); both are now listed for the instructor.
     torch.compile and re.compile are not code run from a string (F4)."""
-    from utils.grade import internals_used
+    from utils.course.grade import internals_used
 
     cell = nbformat.v4.new_code_cell
     nb = nbformat.v4.new_notebook(cells=[
         cell("import os, sys\nos.system(f'{sys.executable} server.py &')"),
-        cell("import utils.allocator_model as am\nsrc = open(am.__file__).read()"),
+        cell("import utils.lessons.allocator_model as am\nsrc = open(am.__file__).read()"),
         cell("import re, torch\nf = torch.compile(lambda x: x + 1)\npattern = re.compile('a+')"),
     ])
     lines = internals_used(nb)
@@ -155,7 +156,7 @@ def test_a_thread_void_is_listed_for_reading_by_hand() -> None:
     """Review s5, F3: an honest solution after a setup cell with torch.compile scored 0/9 once, every exercise voided
     by a library's idle thread pool ("ThreadPoolExecutor-1_0"), and nothing said so to the instructor. The void
     stays (a learner's own pool could run the reference unwatched) but the notebook is now listed."""
-    from utils.grade import THREAD_VOID
+    from utils.course.grade import THREAD_VOID
 
     message = ("a thread of the learner's code (ThreadPoolExecutor-1_0) was still running after the check: its work "
                "is not the answer's")

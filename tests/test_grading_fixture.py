@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from utils.labs import (
+from utils.course.labs import (
     GUIDE_BEGIN,
     GUIDE_END,
     LabError,
@@ -28,7 +28,7 @@ RUBRIC = [{"criterion": "says where the accumulation happens and in which format
 HIDDEN_42 = '''"""Held-out cases for the fixture lab 42."""
 import torch
 
-from utils.checks.warmup import expect_new_storage
+from utils.course.checks.warmup import expect_new_storage
 
 
 def storage_cases(prediction, reasoning, new_storage_bytes):
@@ -54,7 +54,8 @@ def _cell(kind, source, cell_id, course=None, tags=None):
 def fixture_solution() -> nbformat.NotebookNode:
     return new_notebook(cells=[
         _cell("md", "# Lab 42 · A fixture\n\nExercises built the way the chapter labs are.", "f01"),
-        _cell("code", "import torch\n\nfrom utils.checks.warmup import check_new_storage_bytes, check_packed_bytes",
+        _cell("code", "import torch\n\nfrom utils.course.checks.warmup import check_new_storage_bytes, "
+                      "check_packed_bytes",
               "f02"),
         _cell("code", "def packed_bytes(shape, bits):\n    ### BEGIN SOLUTION\n"
                       "    rows = torch.Size(shape[:-1]).numel()\n"

@@ -17,7 +17,7 @@ def test_the_autograder_zip_holds_what_gradescope_and_the_grader_need(tmp_path):
         for script in ("setup.sh", "run_autograder"):
             assert script in listed and (zf.getinfo(script).external_attr >> 16) & 0o111
     assert listed == names
-    for needed in ("utils/grade.py", "utils/labs.py", "grading/runner.py", "grading/hidden/ch00.py",
+    for needed in ("utils/course/grade.py", "utils/course/labs.py", "grading/runner.py", "grading/hidden/ch00.py",
                    "labs/lab00_warmup.ipynb", "pyproject.toml", "requirements.txt", "Makefile"):
         assert needed in listed, needed
     assert not any("__pycache__" in n or n.startswith("solutions/") for n in listed)

@@ -11,8 +11,8 @@ import nbformat
 import pytest
 import torch
 
-from utils.checks.core import _run_check as run_check
-from utils.labs import hidden_exercises, lab_exercises, read_notebook
+from utils.course.checks.core import _run_check as run_check
+from utils.course.labs import hidden_exercises, lab_exercises, read_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDDEN = sorted((ROOT / "grading" / "hidden").glob("ch*.py"))
@@ -100,7 +100,7 @@ def test_the_runner_scores_public_and_held_out_halves(monkeypatch):
     """evaluate() in this process, with a namespace standing in for the learner's kernel."""
     runner = load(ROOT / "grading" / "runner.py")
     hidden = str(ROOT / "grading" / "hidden" / "ch00.py")
-    from utils.checks.warmup import check_format_bytes
+    from utils.course.checks.warmup import check_format_bytes
 
     def good(n):
         value, unit = n, 0

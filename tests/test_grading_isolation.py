@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from utils.labs import REPO_ROOT
+from utils.course.labs import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the answering processes are forks")
 
@@ -53,7 +53,7 @@ def test_a_recorded_call_is_answered_where_no_expected_value_is():
 
 def test_a_forked_call_keeps_what_its_arguments_need_and_reports_the_watch():
     runner = _runner()
-    from utils.checks.core import CheckFailed, guarded
+    from utils.course.checks.core import CheckFailed, guarded
 
     scale = 3.0
     double = runner.AnswerProcess({}, None)
@@ -162,7 +162,7 @@ def test_a_batch_is_answered_as_its_single_calls_are_and_ends_at_the_first_raise
     """core.answer_each takes a recorded function's batch to the answer process in one exchange: the same replies,
     in order, as one ask per call, recorded alike; the batch stops at the call that raises (later calls never run)."""
     runner = _runner()
-    from utils.checks.core import answer_each
+    from utils.course.checks.core import answer_each
 
     answers = runner.AnswerProcess({"0": _halve}, None)
     sent: list[dict] = []
@@ -187,7 +187,7 @@ def test_a_batch_under_a_watch_reports_a_call_to_the_reference():
     """The watch the check opened around a batch is rebuilt in the answer process for the batch: an answer that
     calls the reference fails the check, as a single call's does."""
     runner = _runner()
-    from utils.checks.core import CheckFailed, answer_each, own_work
+    from utils.course.checks.core import CheckFailed, answer_each, own_work
 
     def reference(x):
         return x * 2

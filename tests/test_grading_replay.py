@@ -1,9 +1,9 @@
 """Issue 34: the grading kernel only produces answers; the grader compares them in its own process.
 
-- every exercise outside utils.grade.IN_KERNEL passes when its solution's answers are recorded (as the grading
+- every exercise outside utils.course.grade.IN_KERNEL passes when its solution's answers are recorded (as the grading
   kernel does) and the checks are replayed on them (as the grader's process does), and every exercise in IN_KERNEL
   is one whose replay cannot pass (the check judges what the code does, not what it returns): the list is exact;
-- the answers travel as plain data (utils/checks/wire.py), never as the learner's objects;
+- the answers travel as plain data (utils/course/checks/wire.py), never as the learner's objects;
 - the sealed check module a grading kernel imports holds no reference, and the helpers a lab hands out still work;
 - a verdict renders in the notebook's font, wrapped between words.
 """
@@ -20,10 +20,10 @@ import nbformat
 import pytest
 import torch
 
-from utils.checks import wire
-from utils.grade import IN_KERNEL, answers_sent, combine, lab_check_imports
-from utils.labs import LABS_DIR, hidden_path, lab_exercises, read_notebook
-from utils.labs import course_metadata as _course
+from utils.course.checks import wire
+from utils.course.grade import IN_KERNEL, answers_sent, combine, lab_check_imports
+from utils.course.labs import LABS_DIR, hidden_path, lab_exercises, read_notebook
+from utils.course.labs import course_metadata as _course
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -119,7 +119,7 @@ def test_plain_answers_travel_unchanged(value) -> None:
 
 
 def test_an_object_of_the_learners_is_not_an_answer() -> None:
-    from utils.checks.core import CheckFailed, expect_equal
+    from utils.course.checks.core import CheckFailed, expect_equal
 
     class Yes:
         def __eq__(self, other: object) -> bool:
@@ -136,11 +136,11 @@ def test_an_object_of_the_learners_is_not_an_answer() -> None:
 
 
 def test_the_sealed_module_holds_no_reference() -> None:
-    from utils.checks import ch03, ch05, ch07
+    from utils.course.checks import ch03, ch05, ch07
 
     runner = _runner()
     imports = lab_check_imports(read_notebook(next(LABS_DIR.glob("lab07_*.ipynb"))))
-    sealed = runner.sealed_module(ch07, imports["utils.checks.ch07"])
+    sealed = runner.sealed_module(ch07, imports["utils.course.checks.ch07"])
     assert set(sealed.check_read_run.__globals__) == {"__builtins__"}
     assert "run_truth" not in vars(sealed) and "reference_kept_loss_bytes" not in vars(sealed)
     trainer = sealed.BudgetedTrainer
@@ -156,7 +156,7 @@ def test_the_sealed_module_holds_no_reference() -> None:
 
 
 def test_a_verdict_renders_in_the_notebooks_font_wrapped_between_words() -> None:
-    from utils.checks.core import Verdict
+    from utils.course.checks.core import Verdict
 
     page = Verdict("3.3", "failed", "expected scale_window(lo=-64, holds=3) = 12, got 13", 0.0, 2.0).html()
     assert "<pre" not in page and "monospace" not in page and "pre-wrap" not in page
@@ -169,6 +169,6 @@ def test_a_prediction_left_as_handed_out_replays_as_not_attempted(monkeypatch) -
     spec = {"0": {"value": wire.encode(...)}, "1": {"value": wire.encode(...)}, "2": {"function": True}}
     verdict = _runner().replay("0.4", 2.0, "check_new_storage_bytes(prediction, reasoning, new_storage_bytes)", None,
                                spec, {("public", "2"): [{"raised": "NotImplementedError", "message": "0.4"}] * 9},
-                               ("utils.checks.warmup",))
+                               ("utils.course.checks.warmup",))
     assert verdict["status"] == "not attempted", verdict
     assert "is still `...`" in verdict["message"] or "NotImplementedError" in verdict["message"], verdict

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from tests.test_grade import RIGHT, submission
-from utils.grade import _forged_caches, _restore_trusted, _trusted_files
+from utils.course.grade import _forged_caches, _restore_trusted, _trusted_files
 
 ROOT = Path(__file__).resolve().parent.parent
 # an answer cell that leaves a process running after its kernel (review 34c, A11), beating every 50 ms
@@ -102,7 +102,7 @@ def test_a_submission_that_rewrites_the_held_out_cases_scores_zero_and_the_next_
     out = tmp_path / "grades"
     # ordinary kernels, descendants of the grader as in an instructor's run: a forked kernel's leader
     # (tests/kernel_zygote.py) would stop the daemon itself, and this test would no longer test the grader's stopping
-    done = subprocess.run([sys.executable, "-m", "utils.grade", str(subs), "--jobs", "1", "--time-limit", "120",
+    done = subprocess.run([sys.executable, "-m", "utils.course.grade", str(subs), "--jobs", "1", "--time-limit", "120",
                            "--csv-dir", str(out), "--labs", str(labs), "--hidden", str(hidden)],
                           cwd=ROOT, capture_output=True, text=True, timeout=800,
                           env={**os.environ, "COURSE_KERNEL_ZYGOTE": "0"})

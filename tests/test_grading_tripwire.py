@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from tests.escapes import DISPLAY_HOOK, IOPUB_HOOK, REGISTER_HOOK
-from utils.grade import TAMPERED, _replaced
-from utils.labs import LABS_DIR, REPO_ROOT
+from utils.course.grade import TAMPERED, _replaced
+from utils.course.labs import LABS_DIR, REPO_ROOT
 
 
 @pytest.fixture
@@ -122,7 +122,8 @@ def test_a_replaced_display_voids_every_verdict(tmp_path):
         nb.cells.insert(1, hook)
         nbformat.write(nb, tmp_path / f"{name}_lab03_loss_scaling.ipynb")
     out = tmp_path / "grades"
-    done = subprocess.run([sys.executable, "-m", "utils.grade", str(tmp_path), "--jobs", "1", "--time-limit", "240",
+    done = subprocess.run([sys.executable, "-m", "utils.course.grade", str(tmp_path), "--jobs", "1", "--time-limit",
+                           "240",
                            "--csv-dir", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=800)
     assert done.returncode == 0, done.stdout + done.stderr
     with open(out / "lab03_loss_scaling.csv", newline="") as f:

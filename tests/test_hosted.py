@@ -17,8 +17,8 @@ import torch
 from nbclient import NotebookClient
 from platform_tier import only_in_platforms
 
-from utils import hosted
-from utils.kernels import notebook_client_config
+from utils.course import hosted
+from utils.course.kernels import notebook_client_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_every_chapter_opens_with_current_badges_and_bootstrap() -> None:
     url = hosted.repository_url()
     found = [msg for path in hosted.chapters() for msg in hosted.problems(path, url)]
-    assert not found, "run `python -m utils.hosted --apply`:\n" + "\n".join(found)
+    assert not found, "run `python -m utils.course.hosted --apply`:\n" + "\n".join(found)
 
 
 def test_badges_use_the_one_configured_url(tmp_path: Path) -> None:
@@ -127,7 +127,8 @@ def test_bootstrap_in_a_torch_only_venv_then_chapter_00(tmp_path: Path, monkeypa
         # Python compiles what it imports anyway.
         subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
                         f"torch=={torch_version}", "ipykernel"], check=True, timeout=900)
-    assert subprocess.run([str(py), "-c", "import utils.sizes"], capture_output=True, cwd=tmp_path).returncode != 0
+    assert subprocess.run([str(py), "-c", "import utils.lessons.sizes"], capture_output=True,
+                          cwd=tmp_path).returncode != 0
 
     work = tmp_path / "content"  # Colab's working folder
     work.mkdir()

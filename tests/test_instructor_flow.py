@@ -23,7 +23,7 @@ def test_make_grade_says_it_runs_untrusted_code() -> None:
 
 
 def test_make_nbgrader_prints_the_next_step(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "utils.labs", "--nbgrader", str(tmp_path / "nb")], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "utils.course.labs", "--nbgrader", str(tmp_path / "nb")], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "make nbgrader-env" in done.stdout and "make nbgrader-run ARGS='autograde" in done.stdout

@@ -27,7 +27,7 @@ from simulated_gpu import (
     state,
 )
 
-from utils import oom, sizes
+from utils.lessons import oom, sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 2**30
@@ -46,8 +46,8 @@ def test_ch00_workspace_row_is_measured_after_earlier_matmuls():
     them first, or the row reads 0 B (the old cell did)."""
     source = _code_cell("00_setup_and_environment.ipynb", "def memory_line_items")
     function = source[:source.index("\nif info.is_cuda:")]
-    from utils.env import nvidia_smi_memory_used
-    from utils.measure import warm_up_cuda
+    from utils.lessons.env import nvidia_smi_memory_used
+    from utils.lessons.measure import warm_up_cuda
 
     with simulated("t4"):
         w = torch.randn(64, 64, device="cuda", requires_grad=True)
@@ -128,7 +128,7 @@ def test_ch00_pins_torch_links_and_says_the_hip_variable_is_read_everywhere():
 
 
 def test_allocator_settings_read_the_hip_variable_on_any_build():
-    from utils.env import allocator_settings
+    from utils.lessons.env import allocator_settings
 
     got = allocator_settings({"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True", "PYTORCH_ALLOC_CONF": "x"})
     assert got.variable == "PYTORCH_HIP_ALLOC_CONF" and got.ignored == ("PYTORCH_ALLOC_CONF",)
@@ -149,7 +149,7 @@ def test_default_cublas_workspace_sizes(profile, size):
 
 
 def test_measure_docstring_states_the_exact_workspace():
-    from utils import measure
+    from utils.lessons import measure
 
     assert "8,519,680" in measure.warm_up_cuda.__doc__ and "cuBLASLt" in measure.warm_up_cuda.__doc__
 
@@ -157,7 +157,7 @@ def test_measure_docstring_states_the_exact_workspace():
 # --- bug 8: timings on a non-current device ---
 
 def test_time_fn_records_its_events_on_the_timed_device(monkeypatch):
-    from utils import timing
+    from utils.lessons import timing
 
     current = [0]
     recorded = []
@@ -197,7 +197,7 @@ def test_time_fn_records_its_events_on_the_timed_device(monkeypatch):
 # --- bug 4: gpu-check ---
 
 def test_gpu_check_matches_gpus_by_model_not_substring():
-    from utils.gpu_check import reference_gpu
+    from utils.course.gpu_check import reference_gpu
 
     assert reference_gpu("NVIDIA A100-SXM4-80GB").name == "A100-80GB"
     assert reference_gpu("NVIDIA A100-PCIE-40GB").name == "A100"
@@ -209,10 +209,10 @@ def test_gpu_check_matches_gpus_by_model_not_substring():
 
 def test_gpu_check_samples_the_device_peak_with_children_and_context(tmp_path, monkeypatch):
     """max_memory_allocated sees one process; nvidia-smi sees the kernel, its children and every CUDA context."""
-    from utils.gpu_check import DevicePeakSampler
+    from utils.course.gpu_check import DevicePeakSampler
 
     readings = iter([500, 900, 2100, 1300])
-    monkeypatch.setattr("utils.gpu_check._smi_memory_used",
+    monkeypatch.setattr("utils.course.gpu_check._smi_memory_used",
                         lambda uuid=None, timeout_s=10.0: next(readings, 700) * MIB)
     with DevicePeakSampler("GPU-x", interval_s=0.001) as sampler:
         while sampler.samples < 5:
@@ -322,7 +322,7 @@ def test_cuda_context_is_a_range_seen_by_nvidia_smi(context_mib, tmp_path, monke
     """Planted bug: a figure that takes the CUDA context as a constant. The simulated context moves within 400-600
     MiB (COURSE_SIM_CONTEXT_MIB), and the fake nvidia-smi reports reserved + context, so chapter 00's context row
     (nvidia-smi minus reserved) measures it whatever it is."""
-    from utils.env import nvidia_smi_memory_used
+    from utils.lessons.env import nvidia_smi_memory_used
 
     monkeypatch.setenv(CONTEXT_ENV, str(context_mib))
     monkeypatch.setenv(SMI_FILE_ENV, str(tmp_path / "used"))
@@ -341,7 +341,7 @@ def test_cuda_context_is_a_range_seen_by_nvidia_smi(context_mib, tmp_path, monke
 PLANTED = {
     "fraction reset to 1.0": """
         import torch
-        from utils.sizes import experiment_size
+        from utils.lessons.sizes import experiment_size
         experiment_size()
         torch.cuda.set_per_process_memory_fraction(0.2)
         try:
@@ -368,7 +368,7 @@ def test_state_carried_between_cells_is_checked_at_the_end(planted, tmp_path):
     nbformat.write(nb, path)
     failures, _, _ = run_notebook(str(path), "h100", size="tiny", extra_env={"COURSE_TIER": "16"})
     assert [f.error for f in failures if "state carried" in f.error], failures
-    nb.cells = [nbformat.v4.new_code_cell("from utils.sizes import experiment_size\nexperiment_size()")]
+    nb.cells = [nbformat.v4.new_code_cell("from utils.lessons.sizes import experiment_size\nexperiment_size()")]
     nbformat.write(nb, path)
     failures, lines, _ = run_notebook(str(path), "h100", size="tiny", extra_env={"COURSE_TIER": "16"})
     assert not failures, failures

@@ -67,7 +67,7 @@ def test_item2_one_step_one_peak_and_one_c03_verdict() -> None:
     assert not re.findall(r"^C03 \(.*?-> ", _outputs(NB["04"]), re.M)
     assert "C03, chapter 01's verdict, what it leaves open: torch.amp's measured forward/backward peak" in _outputs(
         NB["04"])
-    from utils.verdicts import ch01, ch04
+    from utils.course.verdicts import ch01, ch04
 
     assert hasattr(ch01, "c03") and not hasattr(ch04, "c03")
 
@@ -132,7 +132,7 @@ def test_item11_new_topics_are_measured() -> None:
 def test_claim_lines_fold_their_criterion() -> None:
     import pytest
 
-    from utils.verdicts import claim_markdown
+    from utils.course.verdicts import claim_markdown
 
     shown = claim_markdown("C01 (a claim): measured 16 B/param -> holds; criterion: holds if x_1 < 2; some detail")
     head, folded = shown.split("\n\n<details>", 1)
@@ -151,7 +151,7 @@ def test_claim_lines_fold_their_criterion() -> None:
 def test_units_check_refuses_a_label_read_as_gib() -> None:
     import pytest
 
-    from utils.glossary import unit_problems
+    from utils.course.glossary import unit_problems
 
     assert unit_problems('A card sold as "80 GB" has 80 GiB and reports a little less.')
     assert unit_problems("GPU memory itself is sold in binary units.")
@@ -204,7 +204,8 @@ def test_review_s8_chapter_04_answer_2_states_the_first_updates_of_its_setup() -
     assert "def fine_tune(pure_bf16: bool, steps: int, dim: int, lr: float = 0.1, offset: float = 0.002)" in "".join(
         "".join(c["source"]) for c in _cells(NB["04"]) if c.get("id") == "d1bbfe83")
     dim, lr, offset = 128, 0.1, 0.02  # "at the course's size (128 weights)": the quick size of DRIFT_DIM
-    assert "DRIFT_DIM = pick(128," in (ROOT / "utils" / "experiment_sizes" / "ch04.py").read_text(encoding="utf-8")
+    sizes = ROOT / "utils" / "lessons" / "experiment_sizes" / "ch04.py"
+    assert "DRIFT_DIM = pick(128," in sizes.read_text(encoding="utf-8")
     g = torch.Generator().manual_seed(0)  # the cell's draws, in its order
     w0 = (torch.randn(dim, generator=g).sign() * (1 + torch.rand(dim, generator=g))).bfloat16().float()
     target = w0 * (1 + offset * torch.randn(dim, generator=g))

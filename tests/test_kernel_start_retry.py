@@ -1,11 +1,11 @@
 """Kernels that die before their first reply (a TCP port taken by another process between jupyter_client's pick
-and the kernel's bind) are started again: utils.kernels.started_again, used by the grader (utils.grade._start_kernel)
-and by the suite's nbval kernels (the root conftest)."""
+and the kernel's bind) are started again: utils.course.kernels.started_again, used by the grader
+(utils.course.grade._start_kernel) and by the suite's nbval kernels (the root conftest)."""
 
 import nbval.kernel
 import pytest
 
-from utils.kernels import DIED_AT_BIRTH, started_again
+from utils.course.kernels import DIED_AT_BIRTH, started_again
 
 DEATH = f"Kernel died {DIED_AT_BIRTH}"
 
@@ -45,7 +45,7 @@ def test_the_suites_nbval_kernels_go_through_it():
 
 
 def test_a_grading_kernel_that_dies_at_birth_is_started_again():
-    from utils.grade import _start_kernel
+    from utils.course.grade import _start_kernel
 
     class Client:
         def __init__(self, deaths: int, message: str = DEATH) -> None:

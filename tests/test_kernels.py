@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from utils import kernels
+from utils.course import kernels
 
 
 class _Socket:

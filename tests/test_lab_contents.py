@@ -1,4 +1,4 @@
-"""Issue 37: `make lab` never writes a committed file. The course's contents manager (utils/lab_contents.py), the
+"""Issue 37: `make lab` never writes a committed file. The course's contents manager (utils/course/lab_contents.py), the
 one `make lab` configures, driven through jupyter_server's contents API as JupyterLab drives it: open, save,
 autosave, new file, delete, rename, checkpoints, and `make reset-chapter`. The browser session that runs and saves
 chapters 00 and 09 and then asks git is in tests/test_browser.py."""
@@ -14,8 +14,8 @@ import nbformat
 import pytest
 from tornado import web
 
-from utils import lab_server
-from utils.lab_contents import CourseContentsManager, MyWork
+from utils.course import lab_server
+from utils.course.lab_contents import CourseContentsManager, MyWork
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "notebooks/00_x.ipynb"
@@ -54,7 +54,7 @@ def _run(coroutine):
 
 def _source(model: dict) -> str:
     """The first cell's text, below the note a saved copy is served with."""
-    from utils.lab_contents import NOTICE_IDS
+    from utils.course.lab_contents import NOTICE_IDS
 
     return "".join(next(c for c in model["content"]["cells"] if c.get("id") not in NOTICE_IDS)["source"])
 
@@ -206,7 +206,7 @@ def test_a_saved_copy_keeps_snapshots_where_its_widget_models_are_not_saved(cour
     """Issue 37: JupyterLab saves no widget state, so a copy reopened in a later session showed "Error displaying
     widget: model not found". A saved copy drops each view whose model it does not save, when the output has a
     snapshot to show instead; a view whose model is saved, and a view with nothing else to show, stay."""
-    from utils.lab_contents import WIDGET_STATE, WIDGET_VIEW
+    from utils.course.lab_contents import WIDGET_STATE, WIDGET_VIEW
 
     nb = _notebook("panel")
     view = {WIDGET_VIEW: {"model_id": "gone", "version_major": 2, "version_minor": 0}}
@@ -227,7 +227,7 @@ def test_a_saved_copy_keeps_snapshots_where_its_widget_models_are_not_saved(cour
 def test_a_copy_the_course_has_changed_since_says_so_and_the_note_is_never_saved(course: Path) -> None:
     """Issue 37: after a `git pull` changed a chapter, JupyterLab kept showing the learner's older saved copy with no
     word about it. The copy is served with a note on top (how to see the new version); a save drops the note."""
-    from utils.lab_contents import OUTDATED_NOTICE_ID
+    from utils.course.lab_contents import OUTDATED_NOTICE_ID
 
     manager = _manager(course)
     _run(manager.save({"type": "notebook", "content": _notebook("my run")}, CHAPTER))
@@ -247,7 +247,7 @@ def test_a_saved_copy_says_it_is_yours_and_the_note_is_never_saved(course: Path)
     opened under the chapter's own path) from the course's version. An up-to-date copy is served with a one-line
     note on top (whose copy, how to see the course's version); the committed file is served without it; a save
     drops it. A copy the course has changed since gets the outdated note instead, never both."""
-    from utils.lab_contents import NOTICE_IDS, OUTDATED_NOTICE_ID, SAVED_COPY_NOTICE_ID, saved_copy_notice
+    from utils.course.lab_contents import NOTICE_IDS, OUTDATED_NOTICE_ID, SAVED_COPY_NOTICE_ID, saved_copy_notice
 
     manager = _manager(course)
     assert [c.get("id") for c in _run(manager.get(CHAPTER))["content"]["cells"]].count(SAVED_COPY_NOTICE_ID) == 0

@@ -1,5 +1,5 @@
 """Issue 34's lab-flow items in headless Chromium, on JupyterLab started the way `make lab` starts it
-(utils.lab_server: the course's kernel, the course's settings), serving a copy of the course's files:
+(utils.course.lab_server: the course's kernel, the course's settings), serving a copy of the course's files:
 
 - a check cell run in a fresh kernel, before the lab's import cell, shows the one-line "run the first code cell"
   message, not a NameError traceback;
@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 from servers import free_port, stop_group
 
-from utils.lab_server import command as lab_command
-from utils.lab_server import environment as lab_environment
+from utils.course.lab_server import command as lab_command
+from utils.course.lab_server import environment as lab_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
@@ -83,10 +83,11 @@ def _planner_notebook() -> dict:
                "from utils.ledger.architectures import ARCHITECTURES, shape_of_model\n"
                "from utils.ledger.budget import CAPABILITY as GPU_CAPABILITY\n"
                "from utils.ledger.gpt import PRESETS\n"
-               "from utils.ledger.plan import GIB, REPORTED_GIB, costs_table, plan, usable_budget\n"
-               "from utils.plan_runs import plan_figure\n"
-               "from utils.tables import show_table\n"
-               "from utils.widgets import Panel, dropdown, log2_slider\n\n")
+               "from utils.ledger.budget import GIB, REPORTED_GIB, usable_budget\n"
+               "from utils.ledger.plan import costs_table, plan\n"
+               "from utils.lessons.plan_runs import plan_figure\n"
+               "from utils.lessons.tables import show_table\n"
+               "from utils.lessons.widgets import Panel, dropdown, log2_slider\n\n")
     return {"cells": [{"cell_type": "code", "execution_count": None, "id": "planner", "metadata": {}, "outputs": [],
                        "source": imports + cell}],
             "metadata": chapter["metadata"], "nbformat": 4, "nbformat_minor": 5}

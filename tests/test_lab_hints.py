@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from utils.checks.ch06 import check_token_normalised
+from utils.course.checks.ch06 import check_token_normalised
 
 
 def _loss(model, batch, num_items=None):

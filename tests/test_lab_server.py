@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from utils import lab_server
+from utils.course import lab_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,7 +70,7 @@ def test_my_labs_is_ignored_by_git() -> None:
 
 
 def test_a_learners_edit_in_my_labs_leaves_the_lab_check_green(tmp_path: Path) -> None:
-    """The sync check (`python -m utils.labs --check`, part of make test) looks at labs/, never at my-labs/."""
+    """The sync check (`python -m utils.course.labs --check`, part of make test) looks at labs/, never at my-labs/."""
     lab = next((ROOT / "labs").glob("lab06_*.ipynb"))
     mine = ROOT / "my-labs"
     created = not mine.exists()
@@ -80,7 +80,7 @@ def test_a_learners_edit_in_my_labs_leaves_the_lab_check_green(tmp_path: Path) -
         nb = json.loads(lab.read_text())
         nb["cells"][0]["source"] = "edited by a learner"
         target.write_text(json.dumps(nb))
-        out = subprocess.run([sys.executable, "-m", "utils.labs", "--check"], cwd=ROOT, capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "utils.course.labs", "--check"], cwd=ROOT, capture_output=True,
                              text=True, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
     finally:
@@ -95,7 +95,8 @@ def test_busy_port_is_said_in_one_line() -> None:
         s.listen()
         port = s.getsockname()[1]
         assert lab_server.port_in_use(port)
-        out = subprocess.run([sys.executable, "-m", "utils.lab_server", f"--port={port}", "--no-browser"], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-m", "utils.course.lab_server", f"--port={port}", "--no-browser"],
+                             cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert f"port {port} is already in use" in out.stderr and "PORT=" in out.stderr

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from utils.checks import ch09, warmup
+from utils.course.checks import ch09, warmup
 
 ROOT = Path(__file__).resolve().parent.parent
 

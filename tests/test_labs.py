@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utils.labs import (
+from utils.course.labs import (
     BEGIN,
     END,
     GUIDE,
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_labs_folder_and_guide_are_in_sync_with_solutions():
-    assert check_labs(guide=GUIDE) == [], "run `python -m utils.labs` (labs/ and docs/instructors.md)"
+    assert check_labs(guide=GUIDE) == [], "run `python -m utils.course.labs` (labs/ and docs/instructors.md)"
 
 
 def test_top_level_answers_become_placeholders():

@@ -6,12 +6,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from utils.estimate import estimate_memory, hf_model_on_meta, traced_memory
 from utils.ledger.architectures import HF_CONFIGS, shape_of_model
+from utils.ledger.budget import GIB, REPORTED_GIB, usable_budget
 from utils.ledger.gpt import sdpa_attention, shape_of, transformer_activation_bytes
-from utils.ledger.plan import GIB, REPORTED_GIB, Choice, plan, step_moments, usable_budget
-from utils.measure import saved_activation_bytes
-from utils.models import GPT, GPTConfig, gpt_batch
+from utils.ledger.plan import Choice, plan, step_moments
+from utils.lessons.estimate import estimate_memory, hf_model_on_meta, traced_memory
+from utils.lessons.measure import saved_activation_bytes
+from utils.lessons.models import GPT, GPTConfig, gpt_batch
 
 LLAMA3 = shape_of_model("Llama-3-8B", 4096)
 

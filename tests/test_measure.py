@@ -3,7 +3,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from utils.measure import (
+from utils.lessons.measure import (
     SavedTensorCounter,
     cuda_peak,
     gradient_bytes,
@@ -235,7 +235,7 @@ def test_cuda_peak_reserved_leaves_out_stale_cache():
 
 
 def test_owned_state_bytes_counts_each_storage_once_rounded_like_the_allocator():
-    from utils.measure import ALLOCATOR_ROUNDING, owned_state_bytes
+    from utils.lessons.measure import ALLOCATOR_ROUNDING, owned_state_bytes
 
     model = nn.Linear(10, 10)  # weight 400 B, bias 40 B: 512 B each in the allocator
     assert owned_state_bytes(model) == 2 * ALLOCATOR_ROUNDING
@@ -252,7 +252,7 @@ def test_owned_state_bytes_counts_each_storage_once_rounded_like_the_allocator()
 def test_cuda_helpers_reject_bad_input():
     from simulated_gpu import simulated
 
-    from utils.measure import warm_up_cuda
+    from utils.lessons.measure import warm_up_cuda
 
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
@@ -278,7 +278,7 @@ def test_an_8bit_optimizer_state_is_counted_by_what_it_holds() -> None:
     torchao_optim = pytest.importorskip("torchao.optim")
     from unittest import mock
 
-    from utils.measure import owned_state_bytes
+    from utils.lessons.measure import owned_state_bytes
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(512, 512, bias=False)
@@ -294,12 +294,12 @@ def test_an_8bit_optimizer_state_is_counted_by_what_it_holds() -> None:
 
 
 def test_the_course_memtracker_keeps_torchs_peaks_per_module_and_in_total():
-    """utils.measure's MemTracker subclass only reads the module table faster: on a GPT step (forward, backward,
+    """utils.lessons.measure's MemTracker subclass only reads the module table faster: on a GPT step (forward, backward,
     AdamW) the peak snapshot and every module's peaks equal those of torch's own MemTracker, to the byte."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from utils.measure import make_mem_tracker
-    from utils.models import GPT, GPTConfig, gpt_batch
+    from utils.lessons.measure import make_mem_tracker
+    from utils.lessons.models import GPT, GPTConfig, gpt_batch
 
     def traced(tracker_for):
         torch.manual_seed(0)

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from utils.measure import saved_activation_bytes
-from utils.models import GPT, GPTConfig, cnn, gpt_batch, mlp
+from utils.lessons.measure import saved_activation_bytes
+from utils.lessons.models import GPT, GPTConfig, cnn, gpt_batch, mlp
 
 
 def test_gpt_trains_and_attentions_agree():

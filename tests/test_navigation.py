@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from utils import navigation
+from utils.course import navigation
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_chapter_ends_with_its_links() -> None:
-    assert not navigation.problems(), "run python -m utils.navigation --apply"
+    assert not navigation.problems(), "run python -m utils.course.navigation --apply"
 
 
 @pytest.mark.parametrize("chapter", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem[:2])

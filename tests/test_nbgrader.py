@@ -1,7 +1,7 @@
-"""`make nbgrader` (python -m utils.labs --nbgrader DIR) writes the labs as an nbgrader course folder; nbgrader's own
-`generate_assignment` and `autograde` then give every exercise the points `make grade` gives it, for a solution and
-for an untouched lab (nbgrader is installed for the test into build/nbgrader-site where the environment lacks it, so
-CI runs it end to end). Every lab's exported metadata is also checked against nbgrader's schema (v3)."""
+"""`make nbgrader` (python -m utils.course.labs --nbgrader DIR) writes the labs as an nbgrader course folder; nbgrader's
+own `generate_assignment` and `autograde` then give every exercise the points `make grade` gives it, for a solution and
+for an untouched lab (nbgrader is installed for the test into build/nbgrader-site where the environment lacks it, so CI
+runs it end to end). Every lab's exported metadata is also checked against nbgrader's schema (v3)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import nbformat
 import pytest
 from platform_tier import only_in_platforms
 
-from utils.grade import autograded_points, grade_notebook
-from utils.labs import LABS_DIR, SOLUTIONS_DIR, lab_exercises, nbgrader_source, read_notebook, write_nbgrader
+from utils.course.grade import autograded_points, grade_notebook
+from utils.course.labs import LABS_DIR, SOLUTIONS_DIR, lab_exercises, nbgrader_source, read_notebook, write_nbgrader
 
 LAB = "lab03_loss_scaling"  # a lab whose every exercise has held-out cases, and a challenge
 GRADE_ID = r"^[a-zA-Z0-9_\-]*$"  # nbgrader's schema v3

@@ -1,5 +1,5 @@
-"""utils.oom: the packaged OOM-safe runner, the training-step probe that clears gradients whatever failed (issue 12,
-bug 5), and the memory-fraction cap that is always reset (checked with torch.cuda simulated)."""
+"""utils.lessons.oom: the packaged OOM-safe runner, the training-step probe that clears gradients whatever failed (issue
+12, bug 5), and the memory-fraction cap that is always reset (checked with torch.cuda simulated)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from utils import oom
+from utils.lessons import oom
 
 
 def _model_and_opt():

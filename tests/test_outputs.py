@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utils import outputs
+from utils.course import outputs
 
 CHAPTERS = sorted(outputs.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 
@@ -60,7 +60,7 @@ def test_only_must_name_a_chapter() -> None:
 def test_progress_bar_frames_are_stored_as_a_terminal_shows_them() -> None:
     """Issue 37: tqdm's frames ('\\r'-separated, often in separate stream outputs) were stored one per output, and the
     website showed every frame as a line. Stored outputs keep what a terminal shows: each bar's last frame."""
-    from utils.outputs import as_a_terminal_shows, collapse_streams
+    from utils.course.outputs import as_a_terminal_shows, collapse_streams
 
     frames = [{"output_type": "stream", "name": "stdout", "text": "\rtiming:   9%|#  | 4/44"},
               {"output_type": "stream", "name": "stdout", "text": "\rtiming: 100%|###| 44/44\n"},

@@ -83,6 +83,27 @@ def test_the_import_graph_of_the_package_is_acyclic() -> None:
     assert not cycle, "import cycle: " + " -> ".join(cycle)
 
 
+def test_the_package_lists_its_two_halves_and_their_base_and_nothing_else() -> None:
+    """A newcomer reading utils/ sees where a lesson's twin lives (lessons/), where grading lives (course/), the
+    torch-free ledger and the shared argument checks; no module is left at the top."""
+    top = sorted(p.name for p in UTILS.iterdir() if p.name != "__pycache__")
+    assert top == ["__init__.py", "course", "ledger", "lessons", "validate.py"], top
+    for package in ("course", "ledger", "lessons"):
+        doc = ast.get_docstring(ast.parse((UTILS / package / "__init__.py").read_text()))
+        assert doc and len(doc.split()) > 30, f"utils/{package}/__init__.py should say what the package is for"
+    for path in sorted(UTILS.rglob("*.py")):
+        if path.name != "__init__.py" or path.parent != UTILS:
+            assert ast.get_docstring(ast.parse(path.read_text())) or path.stat().st_size == 0, \
+                f"{path.relative_to(ROOT)} opens with no docstring saying what it is for"
+
+
+def test_the_learners_library_never_imports_the_course_machinery() -> None:
+    graph = _graph()
+    crossing = [(m, d) for m, deps in graph.items() if m.startswith("utils.lessons") for d in deps
+                if d.startswith("utils.course")]
+    assert not crossing, f"utils.lessons imports utils.course: {crossing}"
+
+
 def test_the_ledger_imports_only_the_standard_library_and_itself() -> None:
     modules = _modules()
     ledger = [name for name in modules if name.startswith("utils.ledger")]
@@ -105,9 +126,10 @@ for name in {blocked!r}:
     sys.modules[name] = None  # `import torch` now raises ImportError
 import utils.ledger.plan as planner
 from utils.ledger.architectures import shape_of_model
+from utils.ledger.budget import gpu_budget
 from utils.ledger.gpt import PRESETS
 for shape in (PRESETS["7B"], shape_of_model("Llama-3-8B", 4096)):
-    p = planner.plan(shape, planner.gpu_budget("A100 80GB"), 8)
+    p = planner.plan(shape, gpu_budget("A100 80GB"), 8)
     bars = planner.figure_bars(p)
     assert p.fits and bars["steps"] and bars["budget_gib"] > 0, p.describe()
 print(sorted(m for m in sys.modules if m.split(".")[0] in {blocked!r} and sys.modules[m] is not None))

@@ -2,9 +2,9 @@ import math
 
 import pytest
 
+from utils.ledger.budget import GIB, usable_budget
 from utils.ledger.gpt import PRESETS, TransformerShape, transformer_activation_bytes
 from utils.ledger.plan import (
-    GIB,
     Choice,
     costs,
     line_maxima,
@@ -14,7 +14,6 @@ from utils.ledger.plan import (
     parameter_tensor_sizes,
     plan,
     step_moments,
-    usable_budget,
     zero_bytes_per_gpu,
 )
 

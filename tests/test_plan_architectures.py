@@ -15,14 +15,13 @@ from utils.ledger.architectures import (
     parameter_tensors,
     shape_of_model,
 )
+from utils.ledger.budget import GIB, gpu_budget
 from utils.ledger.plan import (
     CHUNK_LOSS_TENSORS,
-    GIB,
     NF4_BYTES_PER_PARAM,
     Choice,
     block_parameters,
     costs,
-    gpu_budget,
     host_memory_of,
     line_maxima,
     lora_parameters,

@@ -2,7 +2,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from utils.profiling import (
+from utils.lessons.profiling import (
     allocation_trace,
     census_growth,
     graph_held_bytes,
@@ -91,7 +91,7 @@ def test_graph_held_bytes_sees_a_kept_graph():
 
 
 def test_frame_label_skips_cpp_and_torch_frames():
-    from utils.profiling import frame_label, is_user_frame
+    from utils.lessons.profiling import frame_label, is_user_frame
 
     cpp = {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::malloc"}
     lib = {"filename": "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", "line": 125, "name": "forward"}
@@ -146,7 +146,7 @@ def test_profiler_readers_name_a_missing_profile():
 def _profiled(fn):
     from torch.profiler import ProfilerActivity, profile
 
-    from utils.quiet import native_stderr_silenced
+    from utils.lessons.quiet import native_stderr_silenced
 
     with native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
@@ -166,7 +166,7 @@ def test_allocation_trace_replays_on_the_allocator_model():
     assert 3 * 2**20 in sizes and 2**16 in sizes and -(2**16) in sizes and -(3 * 2**20) not in sizes
     with pytest.raises(ValueError, match="device"):
         allocation_trace(prof, "tpu")
-    from utils.allocator_model import CachingAllocatorModel
+    from utils.lessons.allocator_model import CachingAllocatorModel
 
     model = CachingAllocatorModel(2**30)
     live = replay(trace + [(12345, -999)], model)  # a free of memory allocated before the replay is skipped
@@ -181,7 +181,7 @@ def test_allocation_trace_replays_on_the_allocator_model():
 
 
 def test_plot_segments_draws_every_block():
-    from utils.allocator_model import CachingAllocatorModel
+    from utils.lessons.allocator_model import CachingAllocatorModel
 
     model = CachingAllocatorModel(2**30)
     handles = [model.malloc(8 * 2**20), model.malloc(3 * 2**19)]

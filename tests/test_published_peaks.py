@@ -1,5 +1,5 @@
-"""The published GPU measurements (utils.published_peaks) against the planner's ledger: every row cited and predicted,
-each ratio inside the bounds its row states with the reason, and the expected misses marked, not hidden."""
+"""The published GPU measurements (utils.lessons.published_peaks) against the planner's ledger: every row cited and
+predicted, each ratio inside the bounds its row states with the reason, and the expected misses marked, not hidden."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from utils import published_peaks as pp
-from utils.ledger.plan import GIB, REDUCE_BUCKET_ELEMENTS, memory_of
-from utils.tables import format_table
+from utils.ledger.budget import GIB
+from utils.ledger.plan import REDUCE_BUCKET_ELEMENTS, memory_of
+from utils.lessons import published_peaks as pp
+from utils.lessons.tables import format_table
 
 IDS = [row.key for row in pp.ROWS]
 STATE_LINES = ("weights", "gradients", "optimizer states", "gathered blocks (ZeRO-3)")

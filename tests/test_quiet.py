@@ -1,4 +1,4 @@
-"""utils.quiet drops exactly the known noise: torchao's .so load failures, _pytree's Enum deprecation and
+"""utils.lessons.quiet drops exactly the known noise: torchao's .so load failures, _pytree's Enum deprecation and
 Kineto's USDT lines, while other warnings still reach stderr."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytest.importorskip("torchao")
 SCRIPT = """
 import logging, torch
 from torch.profiler import profile, ProfilerActivity
-from utils.quiet import import_torchao, native_stderr_silenced
+from utils.lessons.quiet import import_torchao, native_stderr_silenced
 import_torchao()
 import torchao.prototype.mx_formats  # registers more enums with _pytree
 with native_stderr_silenced():

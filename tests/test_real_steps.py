@@ -11,7 +11,7 @@ import pytest
 
 from tests.real_steps import REGIMES, Regime, measure, measure_gpt
 from utils.ledger.plan import Choice, peak_moment, step_moments
-from utils.models import GPTConfig
+from utils.lessons.models import GPTConfig
 
 SEQ = 128  # tokens per sequence: the regimes' micro-batches of 4 (2 when accumulating) make 512 or 256 per step
 BY_NAME = {r.name: r for r in REGIMES}
@@ -94,10 +94,10 @@ GPT_CASES = [r.name for r in REGIMES if "QLoRA" not in r.name and "chunked" not 
 
 @pytest.mark.parametrize("regime", GPT_CASES)
 def test_the_ledger_bounds_the_courses_gpt_as_run_choice_trains_it(regime):
-    """The course's GPT (utils.models.GPT) trained by `utils.plan_runs.run_choice` (the loss inside autocast, the logits
-    dropped before backward). Under LoRA the ledger is up to 7% above: it counts adapters on four d x d attention
-    matrices (q, k, v, o), where run_choice adapts the GPT's fused qkv and its projection (two adapters: fewer
-    parameters, gradients, states and intermediates), and the BF16 base's blocks keep less under autocast than the
+    """The course's GPT (utils.lessons.models.GPT) trained by `utils.lessons.plan_runs.run_choice` (the loss inside
+    autocast, the logits dropped before backward). Under LoRA the ledger is up to 7% above: it counts adapters on four d
+    x d attention matrices (q, k, v, o), where run_choice adapts the GPT's fused qkv and its projection (two adapters:
+    fewer parameters, gradients, states and intermediates), and the BF16 base's blocks keep less under autocast than the
     pure-BF16 formula says (about 21 instead of 32 n.d per layer, not attributed tensor by tensor)."""
     row = measure_gpt(GPT, BY_NAME[regime])
     if "LoRA" in regime:

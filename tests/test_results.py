@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from utils import results
-from utils.env import device_info
+from utils.course import results
+from utils.lessons.env import device_info
 
 
 def test_save_prints_reference_figures_beside_this_run(monkeypatch, tmp_path, capsys) -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from utils import gpu_check, results
-from utils.chapters import CHAPTERS
-from utils.chapters import main as chapters_main
-from utils.env import DeviceInfo, capability_gates, device_info
-from utils.gpu_check import ChapterResult
+from utils.course import gpu_check, results
+from utils.course.chapters import CHAPTERS
+from utils.course.chapters import main as chapters_main
+from utils.course.gpu_check import ChapterResult
+from utils.lessons.env import DeviceInfo, capability_gates, device_info
 
 REPO = Path(__file__).resolve().parents[1]
 CHAPTER_NAMES = [f"{c.number}_{c.slug}" for c in CHAPTERS]
@@ -71,7 +71,8 @@ def test_every_reader_reads_every_file_the_writers_write(tmp_path, monkeypatch, 
     ledger = results.claims_ledger(tmp_path)
     assert ledger.count("16.0 bytes/param") == len(CHAPTER_NAMES) + 2
     assert "Skipped" not in capsys.readouterr().out
-    # make claims and make report (python -m utils.chapters --matrix, then python -m utils.results --claims)
+    # make claims and make report (python -m utils.course.chapters --matrix, then python -m utils.course.results
+    # --claims)
     chapters_main(["--matrix"])
     chapters_main(["--by-device"])  # what make report prints: readable in a 100-column terminal
     results.main(["--claims", "--root", str(tmp_path), "--out", str(tmp_path / "ledger")])
@@ -174,7 +175,7 @@ def test_load_claims_names_a_damaged_claims_file(tmp_path, content, what):
 
 
 def test_make_reports_matrix_fits_a_100_column_terminal():
-    from utils.chapters import CHAPTERS, support_by_device
+    from utils.course.chapters import CHAPTERS, support_by_device
 
     text = support_by_device()
     assert max(len(line) for line in text.splitlines()) <= 100

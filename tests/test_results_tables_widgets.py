@@ -5,11 +5,11 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import pytest
 
-from utils import results
-from utils.env import device_info
-from utils.results import Run, claims_ledger, device_slug, load_claims, recording_enabled, reference_results
-from utils.tables import format_table
-from utils.widgets import Panel, dropdown, log2_slider, slider
+from utils.course import results
+from utils.course.results import Run, claims_ledger, device_slug, load_claims, recording_enabled, reference_results
+from utils.lessons.env import device_info
+from utils.lessons.tables import format_table
+from utils.lessons.widgets import Panel, dropdown, log2_slider, slider
 
 
 def test_format_table():
@@ -156,7 +156,7 @@ def test_widget_helpers_bad_input():
 
 
 def test_slider_dropdown_and_plot_bad_input():
-    from utils.plots import memory_bar
+    from utils.lessons.plots import memory_bar
 
     with pytest.raises(ValueError, match="value must lie"):
         slider(9, 0, 4)

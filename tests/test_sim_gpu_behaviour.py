@@ -1,6 +1,6 @@
 """The simulated GPU behaves like one where the chapters' GPU bugs live: its caching allocator is the model of
-CUDACachingAllocator.cpp (utils/allocator_model.py) fed by the simulated tensors, its events complete only when the
-host synchronises, and every Python child process runs under the same simulated device (tests/sim_site)."""
+CUDACachingAllocator.cpp (utils/lessons/allocator_model.py) fed by the simulated tensors, its events complete only when
+the host synchronises, and every Python child process runs under the same simulated device (tests/sim_site)."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_a_timing_without_synchronize_is_caught():
     with simulated("t4"):
         with pytest.raises(RuntimeError, match="device not ready"):
             careless()
-        from utils.timing import time_fn
+        from utils.lessons.timing import time_fn
 
         assert time_fn(lambda: torch.ones(8, device="cuda").sum(), repeats=2).median_s >= 0  # it synchronizes
 
@@ -179,9 +179,9 @@ def test_a_spawned_worker_sees_the_simulated_device(capfd):
 
 
 def test_launch_scripts_ranks_run_on_the_simulated_gpu(tmp_path):
-    """utils.distributed.launch_script's ranks (torchrun's environment) see the parent's simulated device; on a
+    """utils.lessons.distributed.launch_script's ranks (torchrun's environment) see the parent's simulated device; on a
     one-GPU host rank 1 has no cuda:1, as on a real one."""
-    from utils.distributed import launch_script
+    from utils.lessons.distributed import launch_script
 
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent("""
@@ -251,7 +251,7 @@ dist.init_process_group("gloo", timeout=timedelta(seconds=60))
 try:
     layer = torch.nn.Linear(8, 8)
     if sys.argv[1] == "cpu-mesh":
-        from utils.distributed import cpu_mesh
+        from utils.lessons.distributed import cpu_mesh
         fully_shard(layer, mesh=cpu_mesh())
     else:
         fully_shard(layer)  # no mesh: FSDP2 builds one on torch._C._get_accelerator()
@@ -271,7 +271,7 @@ def test_fsdp2_worker_told_local_rank_1_on_a_one_gpu_host(tmp_path, profile, mes
     on the accelerator asks for cuda:1 (invalid device ordinal on a real T4; the simulation's AssertionError here,
     since CUDA is not initialised yet in a fresh process), and on MPS DeviceMesh calls torch.mps.is_initialized,
     which does not exist; an explicit CPU mesh runs on both. One process (world size 1)."""
-    from utils.distributed import free_port
+    from utils.lessons.distributed import free_port
 
     script = tmp_path / "worker.py"
     script.write_text(FSDP_WORKER)

@@ -1,14 +1,13 @@
 """Every chapter under a SIMULATED GPU, and the simulation itself.
 
 Each chapter notebook runs at COURSE_SIZE=tiny in a fresh kernel with torch.cuda simulated on the CPU as a T4
-(capability 7.5, ~15 GiB) and with an Apple GPU (MPS) simulated (tests/simulated_gpu.py), and the chapters that
-read the capability also as an H100 (9.0, ~79 GiB), so that every CUDA and MPS branch executes; the chapters whose
-figures depend on the allocator run as a T4 at quick size with their figure assertions on. No cell may end in an
-error or print a traceback. Memory figures come from a model of the caching allocator (utils/allocator_model.py),
-timings are the CPU's.
-The notebook runs live in tests/test_simulated_gpu_{t4,t4_quick,h100,mps}.py, one file per run so that
-pytest-xdist (--dist loadfile) spreads them over its workers; this file and tests/test_sim_gpu_behaviour.py test
-the simulation itself.
+(capability 7.5, ~15 GiB) and with an Apple GPU (MPS) simulated (tests/simulated_gpu.py), and the chapters that read the
+capability also as an H100 (9.0, ~79 GiB), so that every CUDA and MPS branch executes; the chapters whose figures depend
+on the allocator run as a T4 at quick size with their figure assertions on. No cell may end in an error or print a
+traceback. Memory figures come from a model of the caching allocator (utils/lessons/allocator_model.py), timings are the
+CPU's. The notebook runs live in tests/test_simulated_gpu_{t4,t4_quick,h100,mps}.py, one file per run so that
+pytest-xdist (--dist loadfile) spreads them over its workers; this file and tests/test_sim_gpu_behaviour.py test the
+simulation itself.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ def test_only_the_modules_that_answer_it_read_the_capability():
 # --- the simulation itself, in this process ---
 
 def test_timings_take_one_sample_under_the_simulation():
-    import utils.timing as timing
+    import utils.lessons.timing as timing
 
     original, calls = timing.time_fn, []
     with simulated("t4"):

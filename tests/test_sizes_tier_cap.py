@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from utils import sizes
+from utils.lessons import sizes
 
 
 @pytest.fixture

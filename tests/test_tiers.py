@@ -1,6 +1,6 @@
 """Every chapter's full-size experiments fit every GPU memory tier: footprint(tier) <= tier_budget(tier).
 
-The footprints come from `utils/experiment_sizes/chNN.py` (the course's own estimator or exact arithmetic),
+The footprints come from `utils/lessons/experiment_sizes/chNN.py` (the course's own estimator or exact arithmetic),
 so a workshop on T4s (tier 16) never runs out of memory at full size. A chapter whose module does not exist
 yet is an expected failure naming the chapter (the integrator removes the xfail once all have landed).
 """
@@ -12,16 +12,16 @@ import importlib.util
 
 import pytest
 
-from utils.sizes import GIB, TIER_EXAMPLES, TIERS, tier_budget
-from utils.tables import format_table
+from utils.lessons.sizes import GIB, TIER_EXAMPLES, TIERS, tier_budget
+from utils.lessons.tables import format_table
 
 CHAPTERS = [f"{n:02d}" for n in range(1, 10)]
 
 
 def load_sizes(chapter: str):
-    name = f"utils.experiment_sizes.ch{chapter}"
+    name = f"utils.lessons.experiment_sizes.ch{chapter}"
     if importlib.util.find_spec(name) is None:
-        pytest.xfail(f"chapter {chapter}: utils/experiment_sizes/ch{chapter}.py does not exist yet")
+        pytest.xfail(f"chapter {chapter}: utils/lessons/experiment_sizes/ch{chapter}.py does not exist yet")
     module = importlib.import_module(name)
     assert callable(getattr(module, "footprints", None)), f"{name} must define footprints(tier) -> dict[str, int]"
     return module

@@ -1,8 +1,8 @@
 """Chapter 05's declared footprint is what the notebook holds (issue 21, bug 7): cell 7 (the saved-bytes sweep) is
-run at the quick size under MemTracker, and its peak (everything alive at once: the tensors the earlier cells left,
-plus the cell's own) must be within the footprint `utils.experiment_sizes.ch05.sweep_bytes` declares for the same
-sizes; the full-size footprint of every tier is the same formula. A cell that kept all six stacks alive measured
-9.9 / 15.75 / 22.8 / 38.4 GiB at full size against 7.6 / 13.5 / 18.75 / 34.4 declared: its quick run fails here."""
+run at the quick size under MemTracker, and its peak (everything alive at once: the tensors the earlier cells left, plus
+the cell's own) must be within the footprint `utils.lessons.experiment_sizes.ch05.sweep_bytes` declares for the same
+sizes; the full-size footprint of every tier is the same formula. A cell that kept all six stacks alive measured 9.9 /
+15.75 / 22.8 / 38.4 GiB at full size against 7.6 / 13.5 / 18.75 / 34.4 declared: its quick run fails here."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_the_sweep_cell_holds_what_ch05_declares(monkeypatch):
     monkeypatch.setenv("COURSE_RECORD", "0")
     matplotlib.use("Agg")
     monkeypatch.chdir(NOTEBOOK.parent)
-    import utils.experiment_sizes.ch05 as sizes
+    import utils.lessons.experiment_sizes.ch05 as sizes
 
     importlib.reload(sizes)  # its constants are picked at import: the quick ones, whatever ran before here
     cells = _cells()
@@ -128,7 +128,7 @@ def test_the_sweep_cell_holds_what_ch05_declares(monkeypatch):
 
 def test_all_six_stacks_alive_would_exceed_the_declaration():
     """The old cell (no `del stack`: every depth's stack kept) against the same declaration."""
-    import utils.experiment_sizes.ch05 as sizes
+    import utils.lessons.experiment_sizes.ch05 as sizes
 
     d, tokens = 768, 2048  # tier 16
     kept = sum(sizes._stack_params(n, d) for n in sizes._DEPTHS) + sizes._saved(max(sizes._DEPTHS), d, tokens)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from utils import time_model
-from utils.models import GPT, GPTConfig
-from utils.tables import format_table
-from utils.time_model import (
+from utils.lessons import time_model
+from utils.lessons.models import GPT, GPTConfig
+from utils.lessons.tables import format_table
+from utils.lessons.time_model import (
     CHAPTER_LIMIT_S,
     COURSE_LIMIT_S,
     GPUS,
@@ -103,7 +103,7 @@ def test_host_overhead_and_fixed_costs_count():
 def test_work_lists_follow_the_notebooks():
     """Bug 3: chapter 07's search reaches batch 16 on a T4 and about 128 on an H100 (the old list: 10 probes at
     2 x STEP_BATCH); chapter 06 runs 14 steps per k (2 measured, 1 + 11 timed), each k forwards and backwards."""
-    from utils.experiment_sizes import ch07
+    from utils.lessons.experiment_sizes import ch07
 
     assert ch07._search_probes(16) == [1, 2, 4, 8, 16, 32, 24, 20, 18, 17]
     t4 = next(w for w in chapter_work("07", 16) if w.name.startswith("largest-batch search"))

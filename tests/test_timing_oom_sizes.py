@@ -4,9 +4,9 @@ import weakref
 import pytest
 import torch
 
-from utils.oom import free_memory, run_oom_safe
-from utils.sizes import SIZE_ENV, experiment_size, pick
-from utils.timing import matmul_tflops, time_fn
+from utils.lessons.oom import free_memory, run_oom_safe
+from utils.lessons.sizes import SIZE_ENV, experiment_size, pick
+from utils.lessons.timing import matmul_tflops, time_fn
 
 
 def test_time_fn_labels_the_device():
@@ -102,7 +102,7 @@ def test_time_fn_on_a_simulated_gpu_uses_its_clock(profile):
 
 
 def test_time_fn_refuses_a_missing_apple_gpu():
-    from utils.env import mps_available
+    from utils.lessons.env import mps_available
 
     if not mps_available():
         with pytest.raises(ValueError, match="MPS"):
@@ -120,7 +120,7 @@ def test_pick_rejects_an_unknown_tier():
 def test_compare_timings_reads_the_direction_and_the_spread():
     import time
 
-    from utils.timing import compare_timings
+    from utils.lessons.timing import compare_timings
 
     calls = {"short": 0, "long": 0}
 
@@ -145,7 +145,7 @@ def test_compare_timings_reads_the_direction_and_the_spread():
 
 
 def test_compare_timings_overlapping_spreads_are_not_called_a_difference():
-    from utils.timing import TimedConfig, TimingTable
+    from utils.lessons.timing import TimedConfig, TimingTable
 
     class M:  # a Measurement's two statistics
         def __init__(self, median, iqr):
@@ -166,7 +166,7 @@ def test_compare_timings_overlapping_spreads_are_not_called_a_difference():
     ({"progress": 3}, TypeError, "progress"), ({"device": "meta"}, ValueError, "device"),
 ])
 def test_compare_timings_bad_arguments(kwargs, error, match):
-    from utils.timing import compare_timings
+    from utils.lessons.timing import compare_timings
 
     args = {"configs": {"a": lambda: None}} | kwargs
     with pytest.raises(error, match=match):

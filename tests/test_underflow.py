@@ -1,4 +1,4 @@
-"""utils.underflow.cast_outcomes: fates of values cast to low precision, bad input refused by name."""
+"""utils.lessons.underflow.cast_outcomes: fates of values cast to low precision, bad input refused by name."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from utils.underflow import cast_outcomes
+from utils.lessons.underflow import cast_outcomes
 
 
 def test_fp16_fates_and_scaling():

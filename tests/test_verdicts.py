@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from utils.verdicts import VERDICTS, Judged, all_judges
+from utils.course.verdicts import VERDICTS, Judged, all_judges
 
 ROOT = Path(__file__).resolve().parent.parent
 JUDGES = all_judges()
 
 
 def test_some_judges_are_registered() -> None:
-    assert JUDGES, "no verdict function is registered under utils/verdicts/"
+    assert JUDGES, "no verdict function is registered under utils/course/verdicts/"
 
 
 def _judge_id(j) -> str:
@@ -43,12 +43,12 @@ def test_no_chapter_types_a_verdict(path: Path) -> None:
         src = "".join(cell["source"])
         if cell["cell_type"] == "code" and "run.claim(" in src:
             found = _LITERAL.findall(src)
-            assert not found, f"{path.name} cell {i} types verdicts {found}: use a utils.verdicts function"
+            assert not found, f"{path.name} cell {i} types verdicts {found}: use a utils.course.verdicts function"
 
 
 def test_c27_says_not_measured_when_scaled_mm_fails_on_a_gpu():
     """Issue 33, bug 8: when `_scaled_mm` raises on a GPU the claim was not measured; "depends" would judge it."""
-    from utils.verdicts.ch08 import c27
+    from utils.course.verdicts.ch08 import c27
 
     verdict = c27(None, "H100", error="RuntimeError: x")
     assert verdict.verdict == "not measured" and "RuntimeError: x" in verdict.note

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from IPython.display import Markdown  # noqa: E402
 
-from utils.widgets import Panel, slider, snapshot_html  # noqa: E402
+from utils.lessons.widgets import Panel, slider, snapshot_html  # noqa: E402
 
 
 def _figure(n: int) -> plt.Figure:

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from utils import workshop
+from utils.course import workshop
 
 
 def test_workshop_minutes_table_is_current() -> None:
-    assert workshop.is_current(), "docs/workshop.md's minutes table is stale: run python -m utils.workshop"
+    assert workshop.is_current(), "docs/workshop.md's minutes table is stale: run python -m utils.course.workshop"
 
 
 def test_every_chapter_has_a_row() -> None:
     rows, headers = workshop.minutes_rows()
-    from utils.chapters import CHAPTERS
+    from utils.course.chapters import CHAPTERS
 
     assert [r[0] for r in rows] == [c.number for c in CHAPTERS] == [f"{i:02d}" for i in range(11)]
     assert "measured" in headers[2] and "predicted" in headers[3]
@@ -33,10 +33,10 @@ def test_write_needs_the_markers(tmp_path: Path) -> None:
 
 
 def test_a_chapter_the_time_model_does_not_know_gets_no_prediction(monkeypatch) -> None:
-    """Until utils.time_model lists a chapter, its GPU columns say "-" rather than fail or guess."""
-    import utils.time_model
+    """Until utils.lessons.time_model lists a chapter, its GPU columns say "-" rather than fail or guess."""
+    import utils.lessons.time_model
 
-    monkeypatch.setattr(utils.time_model, "CHAPTERS", tuple(f"{i:02d}" for i in range(10)))
+    monkeypatch.setattr(utils.lessons.time_model, "CHAPTERS", tuple(f"{i:02d}" for i in range(10)))
     rows, _ = workshop.minutes_rows()
     assert rows[-1][0] == "10" and rows[-1][3:5] == ["-", "-"]
     assert all(r[3] != "-" for r in rows[:-1])
@@ -47,7 +47,7 @@ def test_the_prose_on_the_h100_run_follows_its_numbers() -> None:
     on the committed H100 run; the sets must be what the numbers give."""
     import re
 
-    from utils.time_model import GPUS, chapter_work, predicted_seconds
+    from utils.lessons.time_model import GPUS, chapter_work, predicted_seconds
 
     runs = dict(workshop.gpu_runs())
     walls = next(w for h, w in runs.items() if h.startswith("NVIDIA H100 80GB HBM3"))

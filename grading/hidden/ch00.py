@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from utils.checks.warmup import expect_formats, expect_new_storage, expect_packed_bytes, expect_saved_state_bytes
+from utils.course.checks.warmup import expect_formats, expect_new_storage, expect_packed_bytes, expect_saved_state_bytes
 
 
 def packed_bytes_cases(packed_bytes) -> None:

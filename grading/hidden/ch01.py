@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from utils.checks.ch01 import (
+from utils.course.checks.ch01 import (
     MIB,
     TopOneMoE,
     TwoHeads,
@@ -23,7 +23,7 @@ from utils.checks.ch01 import (
     expect_saved_bytes,
     under_autocast,
 )
-from utils.models import GPT, GPTConfig, gpt_batch, mlp
+from utils.lessons.models import GPT, GPTConfig, gpt_batch, mlp
 
 
 def adam_cases(adam_state_bytes) -> None:

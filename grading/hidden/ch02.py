@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from utils.checks.ch02 import (
+from utils.course.checks.ch02 import (
     ROUND_FORMATS,
     expect_block_quantize,
     expect_decode_fp16,

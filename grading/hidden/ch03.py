@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from utils.checks.ch03 import (
+from utils.course.checks.ch03 import (
     binade_counts,
     expect_flushed,
     expect_format_plans,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import torch
 
-from utils.checks.ch04 import (
+from utils.course.checks.ch04 import (
     expect_bytes_per_param,
     expect_clipped_step,
     expect_recipes,
     expect_scorer_dtypes,
     expect_training_states,
 )
-from utils.models import GPT, GPTConfig, cnn, mlp
+from utils.lessons.models import GPT, GPTConfig, cnn, mlp
 
 
 def autocast_dtype_cases(autocast_dtypes) -> None:

@@ -6,7 +6,7 @@ other depths, strides, widths, hidden multipliers, budgets, dropout and drop-pat
 
 from __future__ import annotations
 
-from utils.checks.ch05 import (
+from utils.course.checks.ch05 import (
     expect_checkpointed_decoder,
     expect_fixed_checkpoint,
     expect_optimal_segments,

@@ -7,14 +7,14 @@ scales, auxiliary-loss weights and budgets.
 
 from __future__ import annotations
 
-from utils.checks.ch06 import (
+from utils.course.checks.ch06 import (
     expect_micro_plan,
     expect_moe_accumulation,
     expect_params_changed,
     expect_token_normalised,
     expect_weighted_accumulation,
 )
-from utils.models import GPTConfig
+from utils.lessons.models import GPTConfig
 
 
 def token_cases(accumulate) -> None:

@@ -7,7 +7,7 @@ answer tuned to those cases fails.
 
 from __future__ import annotations
 
-from utils.checks.ch07 import (
+from utils.course.checks.ch07 import (
     LLAMA8B,
     allocator_events,
     expect_allocator_replay,

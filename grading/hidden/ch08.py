@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from utils.checks.ch08 import (
+from utils.course.checks.ch08 import (
     E4M3,
     E5M2,
     SPIKE,

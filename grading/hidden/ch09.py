@@ -8,7 +8,7 @@ other token counts, chunks and padding for the chunked loss, so that an answer t
 
 from __future__ import annotations
 
-from utils.checks.ch09 import (
+from utils.course.checks.ch09 import (
     LAB_CONFIG,
     expect_chunked_loss,
     expect_finetune,
@@ -16,7 +16,7 @@ from utils.checks.ch09 import (
     expect_model_states,
     expect_plan,
 )
-from utils.models import GPTConfig
+from utils.lessons.models import GPTConfig
 
 
 def model_states_cases(model_state_bytes) -> None:

@@ -9,7 +9,13 @@ tuned to the public cases fails.
 
 from __future__ import annotations
 
-from utils.checks.ch10 import GIB, expect_layout, expect_params_per_rank, expect_pipeline_stage, expect_zero_traffic
+from utils.course.checks.ch10 import (
+    GIB,
+    expect_layout,
+    expect_params_per_rank,
+    expect_pipeline_stage,
+    expect_zero_traffic,
+)
 from utils.ledger.budget import REPORTED_GIB, usable_budget
 
 

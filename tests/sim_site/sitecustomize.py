@@ -1,7 +1,7 @@
 """Child processes of a simulated-GPU run see the same simulated device as their parent.
 
 tests/simulated_gpu.py's `install` puts this folder on PYTHONPATH and sets COURSE_SIMULATED_GPU (t4, h100 or mps),
-so every Python process started from a simulated kernel (spawned workers, utils.distributed.launch_script's
+so every Python process started from a simulated kernel (spawned workers, utils.lessons.distributed.launch_script's
 ranks, chapter 07's fragmentation child) runs this at interpreter start. It waits for `import torch` and then
 installs the simulation, reading the allocator settings the child was started with; a child that never imports
 torch pays nothing. One line on stderr says which device the child sees, e.g.
@@ -22,7 +22,7 @@ _MODULE = "course_simulated_gpu"
 
 def _install() -> None:
     if _ROOT not in sys.path:
-        sys.path.append(_ROOT)  # utils.allocator_model, utils.timing
+        sys.path.append(_ROOT)  # utils.lessons.allocator_model, utils.lessons.timing
     module = sys.modules.get(_MODULE)
     if module is None:
         spec = importlib.util.spec_from_file_location(_MODULE, os.path.join(_ROOT, "tests", "simulated_gpu.py"))

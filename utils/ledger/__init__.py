@@ -1,8 +1,8 @@
 """The ledger: the arithmetic of what one training step keeps in memory, without torch.
 
 Plain Python, the standard library and utils.validate only (tests/test_package_layout.py holds it to that), so it
-answers for models of any size in a moment, and runs where torch cannot: the course website's planner page runs it
-in the reader's browser (Pyodide). The estimator (utils.estimate, which traces real models) and the chapters build
+answers for models of any size in a moment, and runs where torch cannot: the course website's planner page runs it in
+the reader's browser (Pyodide). The estimator (utils.lessons.estimate, which traces real models) and the chapters build
 on it.
 
 - gpt: the course's GPT as a shape, chapter 01's formula for what its forward saves, the analytic step estimate;

@@ -90,20 +90,44 @@ class Architecture:
         return self.n_params - self.n_layer * idle
 
 
+# The families this ledger models (a gated SiLU MLP, RMSNorm, rotary positions, grouped-query attention, Mixtral's
+# experts): a config of another model_type (Phi's two-matrix GELU MLP, Gemma's wider heads) would be counted wrongly.
+MODEL_TYPES = ("llama", "mistral", "qwen2", "mixtral")
+_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
 def from_hf_config(config: Any) -> Architecture:
-    """An Architecture from a Hugging Face config (a dict as in config.json, or a PretrainedConfig)."""
+    """An Architecture from a Hugging Face config (a dict as in config.json, or a PretrainedConfig) of a family the
+    ledger models (MODEL_TYPES; no model_type is read as Llama). Fields are checked under their config.json names,
+    and a field that would change the count but is not modelled (another MLP, a head width of its own, another
+    mixture-of-experts layout, a multimodal wrapper) is refused by name rather than ignored."""
     if not isinstance(config, dict):
         if not hasattr(config, "to_dict"):
             raise TypeError(f"config must be a dict (config.json) or a transformers config, "
                             f"got {type(config).__name__}")
         config = config.to_dict()
-    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                           "vocab_size") if k not in config]
+    if "text_config" in config:
+        raise ValueError("config has a text_config (a multimodal model): use its text_config's fields")
+    model_type = config.get("model_type", "llama")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type {model_type!r} is not a family this ledger models ({', '.join(MODEL_TYPES)}: "
+                         "a gated SiLU MLP, RMSNorm, rotary positions)")
+    missing = [k for k in _FIELDS if k not in config]
     if missing:
         raise ValueError(f"config lacks {', '.join(missing)}")
+    for key in (*_FIELDS, "num_key_value_heads", "num_local_experts", "num_experts_per_tok", "head_dim"):
+        if config.get(key) is not None:
+            check_int(f"config's {key}", config[key], minimum=1)
     heads = config["num_attention_heads"]
-    model_type = config.get("model_type", "llama")
-    qkv_bias = bool(config.get("attention_bias", model_type in ("qwen2", "qwen2_moe")))
+    if config.get("head_dim") not in (None, config["hidden_size"] // heads):
+        raise ValueError(f"config's head_dim ({config['head_dim']}) differs from hidden_size / num_attention_heads "
+                         f"({config['hidden_size'] // heads}): heads of their own width are not modelled")
+    if config.get("hidden_act", "silu") not in ("silu", "swish"):
+        raise ValueError(f"config's hidden_act {config['hidden_act']!r}: the ledger models a gated SiLU MLP")
+    if "num_experts" in config or "moe_intermediate_size" in config:
+        raise ValueError("config's num_experts / moe_intermediate_size (a mixture-of-experts layout other than "
+                         "Mixtral's num_local_experts) is not modelled")
+    qkv_bias = bool(config.get("attention_bias", model_type == "qwen2"))
     return Architecture(
         n_layer=config["num_hidden_layers"], d_model=config["hidden_size"], n_head=heads,
         n_kv_head=config.get("num_key_value_heads") or heads, d_ff=config["intermediate_size"],
@@ -199,7 +223,7 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     pytorch/pytorch#174763), plus the router's FP32 probabilities and top-k (4E + 16 per token); no T x T mask is
     kept, and autocast copies the attention and router weights only.
 
-    With `checkpointing` (each layer checkpointed, non-reentrant, as utils.estimate.checkpointed does) a layer
+    With `checkpointing` (each layer checkpointed, non-reentrant, as utils.lessons.estimate.checkpointed does) a layer
     keeps only its input (2 B per element in BF16, 4 otherwise); what lies outside the layers stays. A traced
     count misses the rotary tables there (Hugging Face passes them to a layer as keyword arguments, which
     checkpoint holds outside autograd's saved tensors), though they are alive: this count includes them."""
@@ -212,8 +236,9 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     check_choice("attention", attention, ("sdpa", "sdpa-math"))
     if attention == "sdpa-math" and precision == "fp32":
         raise ValueError("attention='sdpa-math' is modelled in BF16 (the math kernel runs FP32 only where forced)")
-    return _activation_bytes(arch, batch, seq_len, precision, checkpointing=checkpointing, padding_mask=padding_mask,
-                             attention=attention)
+    per_layer, outside = _activation_parts(arch, batch, seq_len, precision, checkpointing=checkpointing,
+                                           padding_mask=padding_mask, attention=attention)
+    return arch.n_layer * per_layer + outside
 
 
 def _activation_parts(arch: Architecture, batch: int, seq_len: int, precision: str, *, checkpointing: bool,
@@ -241,13 +266,6 @@ def _activation_parts(arch: Architecture, batch: int, seq_len: int, precision: s
     if checkpointing:
         per_layer = n * d * (2 if precision == "bf16" else 4)
     return per_layer, outside
-
-
-def _activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: str, *, checkpointing: bool,
-                      padding_mask: bool, attention: str) -> int:
-    per_layer, outside = _activation_parts(arch, batch, seq_len, precision, checkpointing=checkpointing,
-                                           padding_mask=padding_mask, attention=attention)
-    return arch.n_layer * per_layer + outside
 
 
 def _cast_parameters(a: Architecture) -> int:
@@ -331,8 +349,8 @@ def shape_of_model(name: str, seq_len: int | None = None) -> ArchitectureShape:
 
 def architecture_memory(arch: Architecture, batch: int, seq_len: int) -> MemoryEstimate:
     """One training step's parts (`MemoryEstimate`) of `arch` in pure BF16 with torch's AdamW, as
-    `utils.estimate.estimate_memory` counts them: BF16 weights and gradients, two BF16 moments plus a 4-byte step
-    per tensor, and `activation_bytes`. The total is the sum of the parts (the traced total is a peak)."""
+    `utils.lessons.estimate.estimate_memory` counts them: BF16 weights and gradients, two BF16 moments plus a 4-byte
+    step per tensor, and `activation_bytes`. The total is the sum of the parts (the traced total is a peak)."""
     acts = activation_bytes(arch, batch, seq_len)
     n = arch.n_params
     states = 4 * n + 4 * _parameter_tensors(arch)

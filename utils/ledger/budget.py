@@ -1,7 +1,7 @@
 """One GPU budget for the whole course: what a GPU reports, and the bytes a plan may fill on it.
 
-`utils.ledger.plan.will_it_fit` (chapter 01) and `utils.ledger.plan` (chapter 09) both read their capacity from here, so
-the same setup on the same GPU gets the same budget in both chapters.
+`utils.ledger.plan.will_it_fit` (chapter 01) and `utils.ledger.plan.plan` (chapter 09) both read their capacity from
+here, so the same setup on the same GPU gets the same budget in both chapters.
 """
 
 from __future__ import annotations
@@ -66,10 +66,6 @@ def _usable_budget(reported_bytes: int, context_bytes: int = CUDA_CONTEXT_BYTES,
 def reported_bytes(gpu: str) -> int:
     """The total memory torch reports for `gpu` (a REPORTED_GIB name or a GPU_ALIASES short name), in bytes."""
     check_choice("gpu", gpu, (*REPORTED_GIB, *GPU_ALIASES))
-    return _reported_bytes(gpu)
-
-
-def _reported_bytes(gpu: str) -> int:
     return int(REPORTED_GIB[GPU_ALIASES.get(gpu, gpu)] * GIB)
 
 

@@ -1,10 +1,10 @@
 """The course's GPT as arithmetic: its shape, chapter 01's formula for what one forward saves, and the analytic
 estimate of a training step at any size (1.3B to 70B), without torch.
 
-`TransformerShape` describes `utils.models.GPT` (LayerNorm, MLP 4x, untied head); `transformer_activation_bytes` is
-the bytes autograd saves for backward in one forward of it (its terms are derived in chapter 01 and checked against
+`TransformerShape` describes `utils.lessons.models.GPT` (LayerNorm, MLP 4x, untied head); `transformer_activation_bytes`
+is the bytes autograd saves for backward in one forward of it (its terms are derived in chapter 01 and checked against
 real and traced steps by tests/test_estimate.py); `transformer_memory` adds weights, gradients and optimizer states.
-`utils.estimate` traces any model on fake tensors (torch) and reports in the same `MemoryEstimate`.
+`utils.lessons.estimate` traces any model on fake tensors (torch) and reports in the same `MemoryEstimate`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ class MemoryEstimate:
         return [(f.name, getattr(self, f.name)) for f in fields(self)]
 
 
-def _check_choices(optimizer: str, precision: str, checkpointing: bool) -> None:
+def check_step_choices(optimizer: str, precision: str, checkpointing: bool) -> None:
+    """Check a training step's optimizer, precision and checkpointing by name (the analytic estimate's and the traced
+    estimator's: utils.lessons.estimate)."""
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("precision", precision, PRECISIONS)
     check_bool("checkpointing", checkpointing)
@@ -70,7 +72,7 @@ def _state_bytes_per_element(optimizer: str, precision: str) -> int:
 
 @dataclass(frozen=True)
 class TransformerShape:
-    """A GPT-style transformer as built by `utils.models.GPT` (LayerNorm, MLP 4x, untied head)."""
+    """A GPT-style transformer as built by `utils.lessons.models.GPT` (LayerNorm, MLP 4x, untied head)."""
 
     n_layer: int
     d_model: int
@@ -91,7 +93,7 @@ class TransformerShape:
 
 
 def shape_of(cfg: Any) -> TransformerShape:
-    """The TransformerShape of a utils.models.GPTConfig (or any object with the same five fields)."""
+    """The TransformerShape of a utils.lessons.models.GPTConfig (or any object with the same five fields)."""
     missing = [f for f in ("n_layer", "d_model", "n_head", "seq_len", "vocab_size") if not hasattr(cfg, f)]
     if missing:
         raise TypeError(f"cfg must be a GPTConfig (with n_layer, d_model, n_head, seq_len, vocab_size); "
@@ -113,28 +115,27 @@ PRESETS: dict[str, TransformerShape] = {
 
 def transformer_activation_bytes(shape: TransformerShape, batch: int, *, precision: str = "fp32",
                                  checkpointing: bool = False, attention: str = "sdpa", dropout: float = 0.0) -> int:
-    """Bytes saved for backward by one forward of `utils.models.GPT` (CPU semantics), with the loss.
+    """Bytes saved for backward by one forward of `utils.lessons.models.GPT` (CPU semantics), with the loss.
 
-    Per layer, with n = batch x seq tokens, a = residual-stream bytes and c = compute bytes per element:
-    two LayerNorms save their input and two statistics (2a.n.d + 4a.n); the matmul inputs, the q/k/v,
-    attention output and the MLP's 4d-wide tensors save 14c.n.d; SDPA adds a float32 log-sum-exp per head
-    (4.b.h.T), eager attention the mask (T^2) and the softmax output (c.b.h.T^2); autocast saves a 2-byte
-    copy of every matmul weight (24 d^2). Checkpointing keeps only each block's input (a.n.d).
-    Attention dropout (`dropout` > 0, `utils.models.GPT` in training mode) with eager attention keeps, per score,
-    the dropout's output for the matmul with V and its noise tensor (2c.b.h.T^2: on a CPU `torch.dropout` scales
-    by a noise tensor of the input's dtype; CUDA's fused `native_dropout` keeps a 1-byte mask instead, the
-    (1 + c) of Korthikanti et al.'s 5as/h). With SDPA the CPU runs its math kernel under dropout: not modelled.
-    `attention="sdpa-math"` is SDPA where only its math kernel runs (`sdpa_attention` says where: BF16 below
-    compute capability 8.0, a T4 or a V100): instead of the log-sum-exp it keeps the probabilities and the scaled
-    copies of q and k that its two matmuls save: torch's `_scaled_dot_product_attention_math`
-    (aten/src/ATen/native/transformers/attention.cpp, v2.13.0), which on every device first casts BF16 and FP16
-    q, k and v to FP32 (`query_acc`, unless `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`): in
-    BF16 it keeps 4.b.h.T^2 of FP32 probabilities and FP32 q, k and v (12.n.d) where the fused kernel kept their
-    BF16 originals (6.n.d), 4.b.h.T^2 + 6.n.d in all; in FP32, c.b.h.T^2 + 2c.n.d (measured at batch 1). Both
-    measured with the math backend forced on a CPU (tests/test_ledger_errors.py).
+    Per layer, with n = batch x seq tokens, a = residual-stream bytes and c = compute bytes per element: two LayerNorms
+    save their input and two statistics (2a.n.d + 4a.n); the matmul inputs, the q/k/v, attention output and the MLP's
+    4d-wide tensors save 14c.n.d; SDPA adds a float32 log-sum-exp per head (4.b.h.T), eager attention the mask (T^2) and
+    the softmax output (c.b.h.T^2); autocast saves a 2-byte copy of every matmul weight (24 d^2). Checkpointing keeps
+    only each block's input (a.n.d). Attention dropout (`dropout` > 0, `utils.lessons.models.GPT` in training mode) with
+    eager attention keeps, per score, the dropout's output for the matmul with V and its noise tensor (2c.b.h.T^2: on a
+    CPU `torch.dropout` scales by a noise tensor of the input's dtype; CUDA's fused `native_dropout` keeps a 1-byte mask
+    instead, the (1 + c) of Korthikanti et al.'s 5as/h). With SDPA the CPU runs its math kernel under dropout: not
+    modelled. `attention="sdpa-math"` is SDPA where only its math kernel runs (`sdpa_attention` says where: BF16 below
+    compute capability 8.0, a T4 or a V100): instead of the log-sum-exp it keeps the probabilities and the scaled copies
+    of q and k that its two matmuls save: torch's `_scaled_dot_product_attention_math`
+    (aten/src/ATen/native/transformers/attention.cpp, v2.13.0), which on every device first casts BF16 and FP16 q, k and
+    v to FP32 (`query_acc`, unless `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`): in BF16 it keeps
+    4.b.h.T^2 of FP32 probabilities and FP32 q, k and v (12.n.d) where the fused kernel kept their BF16 originals
+    (6.n.d), 4.b.h.T^2 + 6.n.d in all; in FP32, c.b.h.T^2 + 2c.n.d (measured at batch 1). Both measured with the math
+    backend forced on a CPU (tests/test_ledger_errors.py).
     """
     check_instance("shape", shape, TransformerShape)
-    _check_choices("adamw", precision, checkpointing)
+    check_step_choices("adamw", precision, checkpointing)
     _check_activation_args(batch, attention, dropout)
     return _transformer_activation_bytes(shape, batch, precision=precision, checkpointing=checkpointing,
                                          attention=attention, dropout=dropout)
@@ -180,23 +181,30 @@ def sdpa_attention(precision: str, capability: tuple[int, int] | None = None) ->
     `check_tensor_dtype`: flash needs sm80+, mem-efficient lists BF16 only for sm80+). An Apple GPU trains with the
     math kernel (`estimate_memory` traces a model on MPS so); this function answers for CUDA GPUs and the CPU."""
     check_choice("precision", precision, PRECISIONS)
+    check_capability(capability)
     return _sdpa_attention(precision, capability)
+
+
+def check_capability(capability: tuple[int, int] | None) -> None:
+    """A CUDA compute capability as torch gives it, (major, minor) of non-negative ints, or None (no CUDA GPU)."""
+    if capability is not None and not (
+            isinstance(capability, tuple) and len(capability) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in capability)):
+        raise TypeError(f"capability must be None or a (major, minor) tuple of non-negative ints, got {capability!r}")
 
 
 def _sdpa_attention(precision: str, capability: tuple[int, int] | None = None) -> str:
     if capability is None:
         return "sdpa"
-    if not (isinstance(capability, tuple) and len(capability) == 2 and all(isinstance(x, int) for x in capability)):
-        raise TypeError(f"capability must be None or a (major, minor) tuple of ints, got {capability!r}")
     bf16 = precision in ("bf16", "bf16-mixed")
     return "sdpa-math" if bf16 and capability < (8, 0) else "sdpa"
 
 
 def transformer_memory(shape: TransformerShape, batch: int, *, optimizer: str = "adamw", precision: str = "fp32",
                        checkpointing: bool = False, attention: str = "sdpa", dropout: float = 0.0) -> MemoryEstimate:
-    """The analytic estimate for `utils.models.GPT` at any size (optimizer temporaries not modelled: 0)."""
+    """The analytic estimate for `utils.lessons.models.GPT` at any size (optimizer temporaries not modelled: 0)."""
     check_instance("shape", shape, TransformerShape)
-    _check_choices(optimizer, precision, checkpointing)
+    check_step_choices(optimizer, precision, checkpointing)
     _check_activation_args(batch, attention, dropout)
     p = shape.n_params
     size = _param_bytes(precision)

@@ -67,10 +67,6 @@ def pipeline_layers_held(n_layer: int, stages: int, *, schedule: str = "1f1b", c
     check_int("chunks", chunks, minimum=1)
     if n_layer % stages:
         raise ValueError(f"n_layer ({n_layer}) must be divisible by stages ({stages})")
-    return _pipeline_layers_held(n_layer, stages, schedule=schedule, chunks=chunks)
-
-
-def _pipeline_layers_held(n_layer: int, stages: int, *, schedule: str = "1f1b", chunks: int = 1) -> float:
     if schedule == "1f1b":
         if chunks != 1:
             raise ValueError("chunks > 1 is the interleaved schedule: pass schedule='interleaved'")

@@ -44,17 +44,8 @@ from typing import Any
 
 from utils.ledger.architectures import ArchitectureShape, _lora_parameters_of
 from utils.ledger.architectures import _activation_parts as arch_activation_parts
-from utils.ledger.budget import (  # noqa: F401  (re-exported: the planner's budget is the course's one budget)
-    CUDA_CONTEXT_BYTES,
-    FRAGMENTATION,
-    GIB,
-    MIB,
-    REPORTED_GIB,
-    WORKSPACE_BYTES,
-    gpu_budget,
-    usable_budget,
-)
-from utils.ledger.gpt import PRESETS, MemoryEstimate, TransformerShape, _sdpa_attention
+from utils.ledger.budget import GIB, gpu_budget
+from utils.ledger.gpt import PRESETS, MemoryEstimate, TransformerShape, _sdpa_attention, check_capability
 from utils.ledger.gpt import _activation_parts as gpt_activation_parts
 from utils.ledger.setups import SETUPS, _setup_lines
 from utils.validate import check_bool, check_choice, check_instance, check_int, check_number
@@ -222,11 +213,7 @@ class Choice:
                 raise ValueError("setup names a full-training setup: it excludes lora_rank and offload")
         if (self.offload_optimizer or self.offload_parameters) and self.precision == "fp32":
             raise ValueError("offload keeps BF16 weights on the GPU: use precision 'bf16-mixed' or 'bf16'")
-        if self.capability is not None and not (
-                isinstance(self.capability, tuple) and len(self.capability) == 2
-                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in self.capability)):
-            raise TypeError(f"capability must be None or a (major, minor) tuple of non-negative ints, "
-                            f"got {self.capability!r}")
+        check_capability(self.capability)
         check_choice("device", self.device, ("cuda", "mps", "cpu"))
 
     @property
@@ -299,15 +286,15 @@ def activation_terms(shape: Shape, micro_batch: int, regime: str, checkpointing:
     - logits gradient: the loss's backward holds two FP32 tokens x vocabulary tensors at once (the gradient of the
       log-probabilities, and the gradient of the logits that log-softmax's backward makes from it) beside the
       saved log-probabilities;
-    - autocast cache: under torch.amp with checkpointing, the BF16 copies of every block's weights and biases
-      stay in autocast's cache until the forward's region exits (checkpointing frees what the blocks save, not
-      the cache); `step_moments` places it at the forward's end, where backward's transients are not yet born.
-    With `chunk_tokens` > 0 (chunked linear-cross-entropy, utils.chunked_loss) the loss keeps no FP32 logits (tokens x
-    vocabulary x 4 B leave the saved line) and backward holds one chunk's recomputed logits and their gradients
-    (`CHUNK_LOSS_TENSORS` x chunk x vocabulary x 4 B, and the hidden states' FP32 gradient) instead. A real architecture
-    (ArchitectureShape) saves `utils.ledger.architectures.activation_bytes` (Hugging Face's loss keeps FP32
-    log-probabilities in every regime: nothing to add), and autocast copies its layers' `cast_parameters`. `attention`
-    is SDPA's kernel (`Choice.attention`): "sdpa-math" adds the math kernel's probabilities."""
+    - autocast cache: under torch.amp with checkpointing, the BF16 copies of every block's weights and biases stay in
+      autocast's cache until the forward's region exits (checkpointing frees what the blocks save, not the cache);
+      `step_moments` places it at the forward's end, where backward's transients are not yet born. With `chunk_tokens` >
+      0 (chunked linear-cross-entropy, utils.lessons.chunked_loss) the loss keeps no FP32 logits (tokens x vocabulary x
+      4 B leave the saved line) and backward holds one chunk's recomputed logits and their gradients
+      (`CHUNK_LOSS_TENSORS` x chunk x vocabulary x 4 B, and the hidden states' FP32 gradient) instead. A real
+      architecture (ArchitectureShape) saves `utils.ledger.architectures.activation_bytes` (Hugging Face's loss keeps
+      FP32 log-probabilities in every regime: nothing to add), and autocast copies its layers' `cast_parameters`.
+      `attention` is SDPA's kernel (`Choice.attention`): "sdpa-math" adds the math kernel's probabilities."""
     check_instance("shape", shape, SHAPES)
     check_int("micro_batch", micro_batch, minimum=1)
     check_bool("checkpointing", checkpointing)
@@ -324,10 +311,10 @@ def _activation_terms(shape: Shape, micro_batch: int, regime: str, checkpointing
         "autocast weight cache": timeline["autocast copies"]}
 
 
-# Tensors of one chunk x vocabulary a chunked loss holds at once in its backward, in FP32 units (utils.chunked_loss):
-# the chunk's recomputed log-probabilities, their gradient and the logits' gradient (3), and a quarter more that the
-# real steps of tests/test_real_steps.py show (the BF16 gradient of part of the chunk); beside them the head's
-# gradient, born in the first chunk's backward, and the hidden states' FP32 gradient.
+# Tensors of one chunk x vocabulary a chunked loss holds at once in its backward, in FP32 units
+# (utils.lessons.chunked_loss): the chunk's recomputed log-probabilities, their gradient and the logits' gradient (3),
+# and a quarter more that the real steps of tests/test_real_steps.py show (the BF16 gradient of part of the chunk);
+# beside them the head's gradient, born in the first chunk's backward, and the hidden states' FP32 gradient.
 CHUNK_LOSS_TENSORS = 3.25
 
 
@@ -868,10 +855,6 @@ def costs(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S) ->
     check_instance("shape", shape, SHAPES)
     check_instance("choice", choice, Choice)
     check_number("pcie_gb_per_s", pcie_gb_per_s, positive=True)
-    return _costs(shape, choice, pcie_gb_per_s)
-
-
-def _costs(shape: Shape, choice: Choice, pcie_gb_per_s: float = PCIE_GB_PER_S) -> dict[str, float]:
     n = shape.n_params if not choice.lora_rank else _lora_parameters(shape, choice.lora_rank, choice.lora_targets)
     n_gpus, micro = choice.n_gpus, choice.accumulation
     ring = (n_gpus - 1) / n_gpus
@@ -1155,7 +1138,7 @@ FIGURE_LINES = ("weights", "gradients", "optimizer states", "saved activations",
 
 
 def figure_bars(p: Plan) -> dict[str, Any]:
-    """What `utils.plan_runs.plan_figure` draws, as numbers (the course website's planner page draws the same):
+    """What `utils.lessons.plan_runs.plan_figure` draws, as numbers (the course website's planner page draws the same):
     - steps: (label, {line: GiB}) per step of the plan, the label the step's text up to its first parenthesis;
     - lines: the ledger lines that hold bytes in some step, in the order they first appear (one segment each);
     - colours: each line's index in matplotlib's tab20 palette, the same in every plan (`FIGURE_LINES`);

@@ -2,9 +2,9 @@
 costs table, for a model (a real architecture, a GPT stand-in or a Hugging Face config's fields), a GPU, a sequence
 length, a batch, a GPU count, host RAM and the techniques allowed.
 
-The course website's planner page (docs/planner.md, built by utils/planner_page.py) runs this in the reader's browser
-with Pyodide; chapter 09 writes its panel's function in the notebook, and tests/test_book.py checks in Chromium that
-the page prints the panel's lines for the same inputs.
+The course website's planner page (docs/planner.md, built by utils/course/planner_page.py) runs this in the reader's
+browser with Pyodide; chapter 09 writes its panel's function in the notebook, and tests/test_book.py checks in Chromium
+that the page prints the panel's lines for the same inputs.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def _model_shape(model: str, seq_len: int, config: str = "") -> ArchitectureShap
             raise ValueError(f"config is not JSON: {exc}") from None
         if not isinstance(fields, dict):
             raise ValueError("config must be a JSON object (the fields of a Hugging Face config.json)")
-        return ArchitectureShape(from_hf_config(fields), seq_len, fields.get("_name_or_path") or "your config")
+        name = fields.get("_name_or_path")
+        return ArchitectureShape(from_hf_config(fields), seq_len, name if isinstance(name, str) and name else
+                                 "your config")
     if model in ARCHITECTURES:
         return shape_of_model(model, seq_len)
     return PRESETS[model.removeprefix("GPT ").removesuffix(" (stand-in)")]
@@ -40,8 +42,10 @@ def _model_shape(model: str, seq_len: int, config: str = "") -> ArchitectureShap
 
 def plan_report(model: str, seq_len: int, gpu: str, effective_batch: int, host_gib: int, allow_offload: bool,
                 allow_lora: bool, chunked_loss: bool, n_gpus: int = 1, config: str = "") -> dict[str, Any]:
-    """The plan for these inputs as the page shows it: {"title", "fits", "lines" (what chapter 09's panel prints,
-    line for line), "costs" (headers and rows), "bars" (`utils.ledger.plan.figure_bars`)}."""
+    """The plan for these inputs as the page shows it: {"title", "fits", "model" (what was planned: parameters,
+    layers, width, vocabulary, and the sequence length a GPT stand-in fixes), "lines" (what chapter 09's panel prints,
+    line for line), "costs" (headers and rows), "bars" (`utils.ledger.plan.figure_bars`)}. `effective_batch` is the
+    sequences each GPU trains per optimizer step, and the host's RAM holds every GPU's process (as `plan` has it)."""
     check_choice("model", model, tuple(MODELS))
     check_int("seq_len", seq_len, minimum=1)
     check_choice("gpu", gpu, tuple(REPORTED_GIB))
@@ -59,8 +63,11 @@ def plan_report(model: str, seq_len: int, gpu: str, effective_batch: int, host_g
     verdict = "fits" if p.fits else "does NOT fit"
     gpus = f"{n_gpus} x {gpu}" if n_gpus > 1 else gpu
     rows, headers = costs_table(shape, p.choice)
-    return {"title": f"{name}, {shape.seq_len:,} tokens, on {gpus}: one bar per technique added ({verdict})",
-            "fits": p.fits, "lines": _lines(p, host_gib), "costs": {"headers": headers, "rows": rows},
+    fixed = f" (a stand-in's sequence length is fixed: {shape.seq_len:,} tokens)" if shape.seq_len != seq_len else ""
+    model = (f"{name}: {shape.n_params / 1e9:.2f} billion parameters, {shape.n_layer} layers, width "
+             f"{shape.d_model:,}, vocabulary {shape.vocab_size:,}{fixed}")
+    return {"title": f"{name}, {shape.seq_len:,} tokens, on {gpus}: one bar per step of the plan ({verdict})",
+            "fits": p.fits, "model": model, "lines": _lines(p, host_gib), "costs": {"headers": headers, "rows": rows},
             "bars": figure_bars(p)}
 
 
@@ -77,7 +84,9 @@ def _lines(p: Plan, host_gib: int) -> list[str]:
 
 
 def page_options() -> dict[str, Any]:
-    """What the page's controls offer, and their first values (chapter 09's panel's)."""
+    """What the page's controls offer, their first values (chapter 09's panel's), and the GPT stand-ins' fixed
+    sequence lengths."""
     return {"models": MODELS, "gpus": list(REPORTED_GIB),
+            "fixed_seq_len": {f"GPT {name} (stand-in)": shape.seq_len for name, shape in PRESETS.items()},
             "first": {"model": "Llama-3-8B", "seq_len": 4096, "gpu": "A10G (24 GB)", "effective_batch": 32,
                       "host_gib": 128, "allow_offload": True, "allow_lora": True, "chunked_loss": True, "n_gpus": 1}}
