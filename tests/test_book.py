@@ -3,6 +3,7 @@ executed), and a chapter page opened in headless Chromium shows rendered outputs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,33 @@ def _printed_tables(chapter: Path) -> int:
             text = "".join(out.get("data", {}).get("text/markdown", ""))
             count += len(re.findall(r"^\|[-| :]+\|\s*$", text, flags=re.MULTILINE))
     return count
+
+
+def _need_chromium() -> None:
+    """Skip without Debian's Chromium (fail in CI, where .ci/run installs it)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Debian's Chromium is not at {CHROMIUM}")
+        pytest.skip(f"Debian's Chromium is not at {CHROMIUM}")
+
+
+@contextlib.contextmanager
+def _served(site: Path) -> Iterator[str]:
+    """`site` served by `python -m http.server` on 127.0.0.1, as a reader's browser would see it: its base URL."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(site)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(50):
+            try:
+                urllib.request.urlopen(base, timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield base
+    finally:
+        stop_group(server)
 
 
 @pytest.fixture(scope="module")
@@ -100,23 +129,10 @@ def test_the_site_loads_no_script_or_image_from_another_host_but_mathjax(site: P
 @pytest.mark.slow
 @pytest.mark.browser
 def test_a_chapter_page_in_chromium(site: Path) -> None:
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Debian's Chromium is not at {CHROMIUM}")
-        pytest.skip(f"Debian's Chromium is not at {CHROMIUM}")
+    _need_chromium()
     from playwright.sync_api import sync_playwright
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(site)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(50):
-            try:
-                urllib.request.urlopen(base, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+    with _served(site) as base:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
@@ -157,8 +173,6 @@ def test_a_chapter_page_in_chromium(site: Path) -> None:
                 page.screenshot(path=str(ARTIFACTS / "book_search.png"))
             finally:
                 browser.close()
-    finally:
-        stop_group(server)
 
 
 def test_a_pipe_in_a_header_or_cell_keeps_the_table_a_table() -> None:
@@ -240,7 +254,6 @@ CONTROLS = ("model", "seq_len", "gpu", "effective_batch", "host_gib", "allow_off
 def _panel_lines(case: tuple) -> tuple[list[str], list[list[str]]]:
     """What chapter 09's panel function prints for `case` (its lines, and its costs table's rows), run from the
     notebook beside the packaged ledger."""
-    import contextlib
     import io
 
     from notebook_lessons import exec_lesson
@@ -268,26 +281,14 @@ def test_the_planner_page_gives_the_panels_numbers_offline(site: Path) -> None:
     """Issue 38: the planner page runs the torch-free ledger in the browser (Pyodide, served by the site itself):
     with every request to another host refused, it starts, and for six inputs it prints chapter 09's panel's lines
     and costs, draws one bar per step, and plans what the panel has no control for (8 GPUs, a pasted config)."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Debian's Chromium is not at {CHROMIUM}")
-        pytest.skip(f"Debian's Chromium is not at {CHROMIUM}")
+    _need_chromium()
     from playwright.sync_api import sync_playwright
 
     from utils.ledger.architectures import HF_CONFIGS
     from utils.ledger.report import plan_report
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(site)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base, refused = f"http://127.0.0.1:{port}", []
-    try:
-        for _ in range(50):
-            try:
-                urllib.request.urlopen(base, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+    refused: list[str] = []
+    with _served(site) as base:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
@@ -350,6 +351,4 @@ def test_the_planner_page_gives_the_panels_numbers_offline(site: Path) -> None:
                 assert "model_type 'phi' is not a family this ledger models" in plan_shown(before)["status"]
             finally:
                 browser.close()
-    finally:
-        stop_group(server)
     assert not refused, f"the planner page asked another host for: {refused}"

@@ -14,14 +14,18 @@ from utils.course.kernels import notebook_client_config
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_check_before_exercise_is_not_attempted() -> None:
+def _outputs(*sources: str) -> list[list]:
+    """Each cell's outputs, the cells run in order in a fresh kernel (errors allowed)."""
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("from utils.course.checks.ch03 import check_scaler"),
-                nbformat.v4.new_code_cell("check_scaler(Scaler)"),
-                nbformat.v4.new_code_cell("check_window(scale_window)"),
-                nbformat.v4.new_code_cell("undefined_thing + 1")]
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in sources]
     NotebookClient(nb, timeout=120, allow_errors=True, config=notebook_client_config()).execute(cwd=str(ROOT))
-    first, missing_import, plain = nb.cells[1].outputs, nb.cells[2].outputs, nb.cells[3].outputs
+    return [cell.outputs for cell in nb.cells]
+
+
+def test_check_before_exercise_is_not_attempted() -> None:
+    _, first, missing_import, plain = _outputs("from utils.course.checks.ch03 import check_scaler",
+                                               "check_scaler(Scaler)", "check_window(scale_window)",
+                                               "undefined_thing + 1")
     assert [o.output_type for o in first] == ["stream"], first
     assert "NOT ATTEMPTED" in first[0].text and "`Scaler`" in first[0].text and "exercise cell" in first[0].text
     assert "NOT ATTEMPTED" in missing_import[0].text and "first code cell" in missing_import[0].text
@@ -32,13 +36,9 @@ def test_an_import_of_a_moved_module_says_where_it_is_and_how_to_refresh_the_lab
     """A learner's my-labs/ copy made before the package's halves existed imports `utils.checks.ch03`: the kernel
     says it moved to utils.course.checks.ch03 and how to take a fresh copy; any other missing module keeps its
     traceback."""
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("import utils.course.checks.not_run"),
-                nbformat.v4.new_code_cell("from utils.checks.ch03 import check_scaler"),
-                nbformat.v4.new_code_cell("from utils.plan import Choice"),
-                nbformat.v4.new_code_cell("import no_such_module_anywhere")]
-    NotebookClient(nb, timeout=120, allow_errors=True, config=notebook_client_config()).execute(cwd=str(ROOT))
-    checks, plan, other = nb.cells[1].outputs, nb.cells[2].outputs, nb.cells[3].outputs
+    _, checks, plan, other = _outputs("import utils.course.checks.not_run",
+                                      "from utils.checks.ch03 import check_scaler", "from utils.plan import Choice",
+                                      "import no_such_module_anywhere")
     assert [o.output_type for o in checks] == ["stream"], checks
     assert "`utils.course.checks.ch03`" in checks[0].text and "make reset-lab N=03" in checks[0].text
     assert "`utils.ledger.plan`" in plan[0].text
