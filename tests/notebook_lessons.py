@@ -2,7 +2,9 @@
 code to its packaged twin in utils/ (chapters 09 and 10) exec these beside the package and compare them."""
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -25,3 +27,31 @@ def exec_lesson(notebook: Path, names: tuple[str, ...], namespace: dict) -> dict
     for source in found.values():
         exec(compile(source, str(notebook), "exec"), namespace)  # noqa: S102
     return namespace
+
+
+CHAPTER09 = Path(__file__).resolve().parents[1] / "notebooks" / "09_capstone_fit_a_model.ipynb"
+
+
+def chapter09_panel(plan_figure: Callable[..., Any], show_table: Callable[..., Any]) -> dict:
+    """Chapter 09's planner panel function (`plan_report`, with `model_shape` and `MODELS`) exec'd from the notebook
+    beside the packaged ledger, with the caller's `plan_figure` and `show_table` (a real drawing, or a stub that
+    records): the namespace, whose "plan_report" is the panel's function."""
+    from utils.ledger.architectures import ARCHITECTURES, shape_of_model
+    from utils.ledger.budget import CAPABILITY, GIB, REPORTED_GIB, usable_budget
+    from utils.ledger.gpt import PRESETS
+    from utils.ledger.plan import costs_table, plan
+
+    for cell in nbformat.read(CHAPTER09, as_version=4).cells:
+        if cell.cell_type == "code" and "def plan_report" in cell.source:
+            tree = ast.parse(cell.source)
+            functions = ("model_shape", "plan_report")
+            wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in functions
+                      or isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "MODELS" for t in n.targets)]
+            namespace = {"plan": plan, "PRESETS": PRESETS, "ARCHITECTURES": ARCHITECTURES, "GPU_CAPABILITY": CAPABILITY,
+                         "shape_of_model": shape_of_model, "usable_budget": usable_budget,
+                         "REPORTED_GIB": REPORTED_GIB, "GIB": GIB, "plan_figure": plan_figure,
+                         "costs_table": costs_table, "show_table": show_table}
+            exec(compile("\n\n".join(ast.get_source_segment(cell.source, n) for n in wanted), str(CHAPTER09), "exec"),
+                 namespace)  # noqa: S102
+            return namespace
+    raise AssertionError("no plan_report in chapter 09")

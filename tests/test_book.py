@@ -256,19 +256,10 @@ def _panel_lines(case: tuple) -> tuple[list[str], list[list[str]]]:
     notebook beside the packaged ledger."""
     import io
 
-    from notebook_lessons import exec_lesson
-
-    from utils.ledger.architectures import ARCHITECTURES, shape_of_model
-    from utils.ledger.budget import CAPABILITY, GIB, REPORTED_GIB, usable_budget
-    from utils.ledger.gpt import PRESETS
-    from utils.ledger.plan import costs_table, plan
+    from notebook_lessons import chapter09_panel
 
     table: list[list[list[str]]] = []
-    namespace = exec_lesson(ROOT / "notebooks" / "09_capstone_fit_a_model.ipynb", ("model_shape", "plan_report"), {
-        "plan": plan, "PRESETS": PRESETS, "ARCHITECTURES": ARCHITECTURES, "GPU_CAPABILITY": CAPABILITY,
-        "shape_of_model": shape_of_model, "usable_budget": usable_budget, "REPORTED_GIB": REPORTED_GIB, "GIB": GIB,
-        "costs_table": costs_table, "plan_figure": lambda p, title: None,
-        "show_table": lambda rows, headers: table.append(rows)})
+    namespace = chapter09_panel(lambda p, title: None, lambda rows, headers: table.append(rows))
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         namespace["plan_report"](*case)

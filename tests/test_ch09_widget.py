@@ -1,7 +1,6 @@
 """Chapter 09's planner widget: its function runs for every model (the real architectures and the GPT stand-ins),
 GPU and host RAM it offers, and the host RAM slider changes the plan (ZeRO-Offload needs 20 B/param of host RAM)."""
 
-import ast
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -9,9 +8,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import nbformat
 import pytest
+from notebook_lessons import chapter09_panel
 
 from utils.ledger.architectures import ARCHITECTURES, shape_of_model
-from utils.ledger.budget import CAPABILITY, GIB, REPORTED_GIB, usable_budget
+from utils.ledger.budget import GIB, REPORTED_GIB, usable_budget
 from utils.ledger.gpt import PRESETS
 from utils.ledger.plan import costs_table, plan
 from utils.lessons.plan_runs import plan_figure
@@ -22,22 +22,8 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "09_capstone_fit_
 
 @pytest.fixture(scope="module")
 def plan_report():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "def plan_report" in cell.source:
-            tree = ast.parse(cell.source)
-            names = ("model_shape", "plan_report")
-            wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names
-                      or isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "MODELS" for t in n.targets)]
-            namespace = {"plan": plan, "PRESETS": PRESETS, "ARCHITECTURES": ARCHITECTURES, "GPU_CAPABILITY": CAPABILITY,
-                         "shape_of_model": shape_of_model, "usable_budget": usable_budget,
-                         "REPORTED_GIB": REPORTED_GIB, "GIB": GIB, "plan_figure": plan_figure,
-                         "costs_table": costs_table,
-                         "show_table": lambda rows, headers: print(format_table(rows, headers))}
-            exec(compile("\n\n".join(ast.get_source_segment(cell.source, n) for n in wanted), str(NOTEBOOK), "exec"),
-                 namespace)
-            return namespace["plan_report"], namespace["MODELS"]
-    raise AssertionError("no plan_report in chapter 09")
+    namespace = chapter09_panel(plan_figure, lambda rows, headers: print(format_table(rows, headers)))
+    return namespace["plan_report"], namespace["MODELS"]
 
 
 MODELS = [*ARCHITECTURES, *(f"GPT {name} (stand-in)" for name in PRESETS)]
