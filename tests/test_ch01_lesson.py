@@ -151,9 +151,10 @@ def test_no_cell_keeps_a_graph_alive_under_underscore():
         assert "_" not in names, f"cell {index} binds `_` at the top level: {cell.source[:80]!r}"
 
 
-def test_the_two_eager_slopes_are_read_in_the_order_printed():
-    """Review s4: the chapter printed 1.46 (last three lengths) and 1.55 (last two, C07) for one curve without saying
-    which to read; the reading says the last-two slope is the steeper, which the outputs must show."""
+def test_c07_is_judged_on_the_attention_core_not_the_diluted_whole_model():
+    """Review s12 01.1: C07 ("attention activation memory grows with the square of sequence length") was judged on
+    the whole GPT's slope, which the linear terms dilute. It is judged on the attention core's bytes now: quadratic
+    with eager attention, linear with SDPA, and steeper than the whole model's slope printed beside it."""
     import json
     import re
     from pathlib import Path
@@ -162,9 +163,10 @@ def test_the_two_eager_slopes_are_read_in_the_order_printed():
     nb = json.loads(path.read_text())
     out = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", ""))
                   for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
-    three = float(re.search(r"slopes of the last three points: .*sequence \(eager\) ([\d.]+)", out).group(1))
-    two = float(re.search(r"\(last two points\): eager ([\d.]+)", out).group(1))
-    assert three < two
+    found = re.search(r"attention core's saved bytes vs sequence length \(T = \d+ to \d+\): eager ([\d.]+), SDPA "
+                      r"([\d.]+); the whole GPT's eager slope over the last two lengths: ([\d.]+) -> (\w+)", out)
+    eager, sdpa, whole = (float(found.group(k)) for k in (1, 2, 3))
+    assert eager >= 1.8 > whole and abs(sdpa - 1) < 0.05 and found.group(4) == "depends"
 
 
 def test_chapter_exercise_1c_answer_states_will_it_fits_ledger():

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from utils.course import results
+from utils.course.verdicts.ch04 import c19
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_automatic_mixed_precision.ipynb"
 CELL = "c4gpuref"
@@ -22,7 +23,8 @@ def _run_cell(monkeypatch: pytest.MonkeyPatch, root: Path, is_cuda: bool) -> tup
     printed: list = []
     cells = {c.get("id"): c for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
     ns = {"reference_results": results.reference_results, "info": SimpleNamespace(is_cuda=is_cuda),
-          "show_table": lambda rows, headers: shown.append((rows, headers)), "print": printed.append}
+          "show_table": lambda rows, headers: shown.append((rows, headers)), "print": printed.append, "c19": c19,
+          "claim_precision": "bf16 autocast"}
     exec(compile("".join(cells[CELL]["source"]), "chapter04-gpuref", "exec"), ns)  # noqa: S102
     return " ".join(map(str, printed)), shown
 
@@ -71,3 +73,15 @@ def test_the_h100_precision_runs_are_read_from_their_saved_curves() -> None:
     prose = " ".join(" ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").split())
     assert 10 < ratio < 100 and "BF16 autocast ended tens of times above FP32's final loss, still falling" in prose
     assert "and TF32 diverged" in prose
+
+
+def test_c19_is_also_judged_against_the_same_runs_tf32_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review s12 04.2: the H100's C19 "holds" (3.94x) compares BF16 autocast with IEEE FP32; against the same run's
+    TF32 row, the FP32 that NVIDIA's containers start in, the speed-up is 1.47x: "partly". The cell prints both."""
+    root = Path(__file__).resolve().parent.parent / "results"
+    steps = {p: v["step_ms"] for p, v in json.loads((root / "nvidia-h100-80gb-hbm3" / "04_automatic_mixed_precision.json")
+                                                    .read_text())["figures"]["precision_comparison"]["value"].items()}
+    text, shown = _run_cell(monkeypatch, root, is_cuda=False)
+    speedup = steps["tf32"] / steps["bf16 autocast"]
+    assert 1.2 <= speedup < 2 and shown
+    assert f"TF32 / bf16 autocast = {speedup:.2f}x -> C19 partly" in text

@@ -187,7 +187,8 @@ def warm_up_cuda(device: int | str | torch.device | None = None) -> None:
     """Create the cuBLAS handles and workspaces of `device` before a measurement, so none is counted in it.
 
     cuBLAS allocates its workspace through the caching allocator the first time a thread runs a matmul on a
-    stream (by default 8,519,680 B = 8.125 MiB per handle below sm90, 32 MiB on sm90: CUBLAS_WORKSPACE_CONFIG,
+    stream (by default 8,519,680 B = 8.125 MiB per handle below compute capability 9.0, 32 MiB from 9.0 on,
+    Hopper and Blackwell: CUBLAS_WORKSPACE_CONFIG,
     aten/src/ATen/cuda/CublasHandlePool.cpp; cuBLASLt reuses that allocation by default on open-source CUDA
     builds, unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=0 gives it its own); the forward runs on this thread and the
     backward on autograd's device thread, so one small matmul forward AND backward (in FP32 and FP16, with and
