@@ -2,6 +2,7 @@
 code to its packaged twin in utils/ (chapters 09 and 10) exec these beside the package and compare them."""
 
 import ast
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,13 @@ def chapter09_panel(plan_figure: Callable[..., Any], show_table: Callable[..., A
                  namespace)  # noqa: S102
             return namespace
     raise AssertionError("no plan_report in chapter 09")
+
+
+def folded_answer(notebook: Path, start: str) -> str:
+    """The answer, in the chapter's folded "Answers" block, of the exercise whose question contains `start`."""
+    text = next(src for src in ("".join(c.source) for c in nbformat.read(notebook, as_version=4).cells)
+                if "## Exercises" in src)
+    exercises = text[text.index("## Exercises"):]
+    number = re.findall(r"\n(\d+)\. ", exercises[:exercises.index(start)])[-1]
+    fold = exercises[exercises.index("<summary>Answers</summary>"):exercises.index("</details>")]
+    return re.split(r"\n\n(?=\d+\. )", fold.split(f"\n\n{number}. ", 1)[1])[0]

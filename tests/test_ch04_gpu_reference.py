@@ -79,8 +79,8 @@ def test_c19_is_also_judged_against_the_same_runs_tf32_row(monkeypatch: pytest.M
     """Review s12 04.2: the H100's C19 "holds" (3.94x) compares BF16 autocast with IEEE FP32; against the same run's
     TF32 row, the FP32 that NVIDIA's containers start in, the speed-up is 1.47x: "partly". The cell prints both."""
     root = Path(__file__).resolve().parent.parent / "results"
-    steps = {p: v["step_ms"] for p, v in json.loads((root / "nvidia-h100-80gb-hbm3" / "04_automatic_mixed_precision.json")
-                                                    .read_text())["figures"]["precision_comparison"]["value"].items()}
+    saved = json.loads((root / "nvidia-h100-80gb-hbm3" / "04_automatic_mixed_precision.json").read_text())
+    steps = {p: v["step_ms"] for p, v in saved["figures"]["precision_comparison"]["value"].items()}
     text, shown = _run_cell(monkeypatch, root, is_cuda=False)
     speedup = steps["tf32"] / steps["bf16 autocast"]
     assert 1.2 <= speedup < 2 and shown

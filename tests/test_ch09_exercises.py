@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 import torch
-from notebook_lessons import exec_lesson
+from notebook_lessons import exec_lesson, folded_answer
 
 from utils.ledger.architectures import shape_of_model
 from utils.ledger.budget import REPORTED_GIB, usable_budget
@@ -22,9 +22,7 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "09_capstone_f
 
 
 def _answer(start: str) -> str:
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    text = next(src for src in ("".join(c["source"]) for c in cells) if start in src)
-    return text[text.index(start):].split("*(Answer:", 1)[1].split(")*", 1)[0]
+    return folded_answer(NOTEBOOK, start)
 
 
 def test_exercise_four_full_training_of_llama_3_8b_needs_parameter_offload_and_its_host_ram():
@@ -36,7 +34,7 @@ def test_exercise_four_full_training_of_llama_3_8b_needs_parameter_offload_and_i
     answer = " ".join(_answer("how much host RAM lets the planner train all of Llama-3-8B").split())
     small, big = at(128), at(256)
     needs = {s.split(" skipped")[0]: re.search(r"needs (\d+) GiB", s).group(1) for s in small.steps if "skipped" in s}
-    assert f"from the {needs['parameter offload']} GiB parameter offload's host ledger needs" in answer
+    assert f"From the {needs['parameter offload']} GiB parameter offload's host ledger needs" in answer
     assert f"ZeRO-Offload, which the search tries first, needs {needs['optimizer offload']} GiB" in answer
     zero_offload = next(parts for label, parts in big.history_parts if label.startswith("+ optimizer offload"))
     assert f"{sum(zero_offload.values()) / GIB:.1f} GiB against {big.budget / GIB:.1f}" in answer

@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+from notebook_lessons import folded_answer
 
 from utils.ledger.architectures import shape_of_model
 from utils.ledger.budget import REPORTED_GIB, usable_budget
@@ -39,7 +40,7 @@ def _row(out: str, first: str) -> list[str]:
 
 
 def _answer(start: str) -> str:
-    return _text(start).split("*(Answer:", 1)[1].split(")*", 1)[0]
+    return folded_answer(NOTEBOOK, start)
 
 
 def _layout(model, seq, gpu, batch, replicas, t, p, lora=False):
@@ -117,14 +118,17 @@ def test_the_reading_quotes_the_figures_the_run_printed():
         assert re.match(rf"[^;.]*?, {re.escape(row[5])} GiB", after), (label, after[:80])
 
 
-def test_exercise_one_answer_is_printed_by_the_run():
-    """E10-1: exercise 1's figures are printed (and recorded in results/) by the notebook's last code cell, computed
-    with the panel's function."""
+def test_exercise_one_answer_is_recorded_by_the_run_not_printed():
+    """E10-1: exercise 1's figures are computed with the panel's function by the notebook's last code cell and
+    recorded in results/ (`exercise_answers`) by the run that made the committed outputs, without printing them in
+    the open (review s12: a chapter must not print its exercises' answers); the folded answer quotes them."""
     fewest = next(n for n in range(1, 65) if _exercise_one(n).fits)
     p, short = _exercise_one(fewest), _exercise_one(fewest - 1)
     exact = next(n for n in range(1, 65) if _exercise_one(n).fits and _exercise_one(n).choice.optimizer == "adamw")
-    out = _outputs("exercise_1 = {n: layout_plan(")
-    assert (f"Exercise 1 (answer): {fewest} GPUs, ZeRO-3 with 8-bit AdamW, micro-batch {p.choice.micro_batch} x "
-            f"{p.choice.accumulation}, {p.total / GIB:.1f} GiB per GPU; at {fewest - 1} GPUs {short.total / GIB:.1f} "
-            f"GiB, over the {p.budget / GIB:.1f} GiB plan budget; AdamW (32-bit) fits from {exact} GPUs on; at "
-            f"{fewest + 1} GPUs the micro-batch is {_exercise_one(fewest + 1).choice.micro_batch}") in out
+    assert "Exercise 1 (answer)" not in _outputs("exercise_1 = {n: layout_plan(")
+    saved = json.loads((NOTEBOOK.parent.parent / "results" / "amd-epyc" / "10_beyond_one_gpu.json").read_text())
+    assert saved["figures"]["exercise_answers"]["value"]["exercise_1"] == {
+        "fewest_gpus": fewest, "sharding": p.choice.sharding, "optimizer": p.choice.optimizer,
+        "micro_batch": p.choice.micro_batch, "GiB": round(p.total / GIB, 1),
+        "one_fewer_GiB": round(short.total / GIB, 1), "exact_from_gpus": exact,
+        "next_micro_batch": _exercise_one(fewest + 1).choice.micro_batch}
