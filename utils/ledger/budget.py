@@ -16,7 +16,8 @@ MIB = 2**20
 # what the course plans with. On a GPU the notebook reads the real figure instead. Sources, torch's out-of-memory
 # messages ("GPU 0 has a total capacity of ..."), which print total_memory in GiB:
 # T4 14.74 GiB on Colab (github.com/zai-org/CogVideo/issues/741, github.com/zyddnys/manga-image-translator/issues/1089);
-# H100 80GB 79.11 GiB (github.com/vllm-project/vllm/issues/27508); A100 80GB 79.15-79.25 GiB (79.25 in
+# H100 80GB 79.11 GiB (github.com/vllm-project/vllm/issues/27508; the course's own H100 run measured 79.18 GiB,
+# results/nvidia-h100-80gb-hbm3/01_where_the_memory_goes.json); A100 80GB 79.15-79.25 GiB (79.25 in
 # github.com/levihsu/OOTDiffusion/issues/235; PCIe and SXM boards differ slightly); RTX 4090 23.68 GiB
 # (github.com/zai-org/CogVideo/issues/36). The A10G, L4 and A100 40GB figures are typical values, not read from a
 # log here (the L4 and the A10G are both 24 GB GDDR6 cards).
