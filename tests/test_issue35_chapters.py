@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,3 +266,58 @@ def test_review_s13_chapter_00_answer_2_is_the_gated_mlps_measured_bytes() -> No
     measured = saved_activation_bytes(SwiGLU(64), torch.randn(8, 64))
     answer = " ".join(_markdown(NB["00"]).split())
     assert measured == 68 * 8 * 64 and f"Measured at batch 8, width 64: {measured:,} B = 68 × 8 × 64" in answer
+
+
+def _saved_run(root: Path, chapter: str, name: str, figures: dict) -> None:
+    folder = root / name.lower().replace(" ", "-")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{chapter}.json").write_text(json.dumps({
+        "chapter": chapter, "size": "quick", "torch": "2.13.0", "date": "2026-11-28", "config": {"threads": 2},
+        "device": {"name": name, "type": "cpu", "capability": None}, "figures": figures, "claims": []}))
+
+
+@pytest.mark.parametrize(("saved_tflops", "withheld"), [(0.1, False), (1.0, True)])
+def test_review_s12_chapter_02_withholds_its_verdict_when_the_whole_run_was_slowed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, saved_tflops: float, withheld: bool) -> None:
+    """Review s12 02.1: a run slowed throughout by other load stored "BF16 7.6x faster"; its own spread cannot show
+    that, this device's saved run can: over 3x off it, the cell withholds the verdict (here 10x off, then 1x)."""
+    from types import SimpleNamespace
+
+    from utils.course import results
+
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    _saved_run(tmp_path, "02_number_formats", "AMD EPYC", {"matmul_tflops_float32_n128": {"value": saved_tflops}})
+    source = next("".join(c["source"]) for c in _cells(NB["02"]) if c.get("id") == "eec84700")
+    printed: list[str] = []
+    namespace = {"n": 128, "throughput": {"float32": 0.1, "bfloat16": 0.01}, "print": printed.append,
+                 "reference_results": results.reference_results,
+                 "info": SimpleNamespace(name="AMD EPYC", is_cuda=False),
+                 "mm_times": SimpleNamespace(reading=lambda a, b: "bfloat16 is 10.0x slower than float32")}
+    exec(source[source.index("refs = "):], namespace)  # noqa: S102 (the chapter's own cell)
+    assert ("verdict withheld" in printed[0]) is withheld and ("10.0x slower" in printed[0]) is not withheld
+
+
+@pytest.mark.parametrize(("saved_ms", "mixed_quartiles", "reading"), [
+    (6.0, (13.0, 15.0), "bf16 autocast takes 2.33x FP32's step time here"),
+    (60.0, (13.0, 15.0), "step times withheld: this run's FP32 step is 10.0x off this device's saved run"),
+    (6.0, (5.5, 6.5), "bf16 autocast's and FP32's step-time quartiles overlap: not distinguishable here")])
+def test_review_s12_chapter_04_reads_its_step_times_only_when_they_can_be_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, saved_ms: float, mixed_quartiles: tuple, reading: str) -> None:
+    """Review s12 04.1: "bf16 autocast takes 0.11x FP32's step time" came from a run slowed by other load; the cell
+    now withholds the ratio when FP32's step is over 3x off this device's saved run, or when the quartiles overlap."""
+    from types import SimpleNamespace
+
+    from utils.course import results
+
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    chapter = "04_automatic_mixed_precision"
+    _saved_run(tmp_path, chapter, "AMD EPYC", {"precision_comparison": {"value": {"fp32": {"step_ms": saved_ms}}}})
+    source = next("".join(c["source"]) for c in _cells(NB["04"]) if c.get("id") == "d5b16861")
+    block = source[source.index("(q1, q3), (m1, m3) = "):source.index('print(f"The FP32 step runs')]
+    runs = {"fp32": {"step_ms": 6.0, "step_quartiles_ms": (5.8, 6.2)},
+            "bf16 autocast": {"step_ms": 14.0, "step_quartiles_ms": mixed_quartiles}}
+    namespace = {"results": runs, "claim_precision": "bf16 autocast", "mixed_ratio": 14.0 / 6.0,
+                 "reference_results": results.reference_results, "run": SimpleNamespace(chapter=chapter),
+                 "info": SimpleNamespace(name="AMD EPYC")}
+    exec(block, namespace)  # noqa: S102 (the chapter's own cell)
+    assert namespace["time_reading"].startswith(reading)
