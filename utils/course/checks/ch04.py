@@ -132,12 +132,14 @@ def expect_bytes_per_param(bytes_per_param: Callable[..., float], cases: Sequenc
 
 
 MEASURE_CASE = (512, torch.bfloat16, None)
-# 4.2's prediction: Llama-3-8B (8,030,261,248 parameters, utils.ledger.architectures.PUBLISHED_PARAMS) trained with
-# AdamW, activations aside. At the backward peak (the end of backward) every parameter has its weight, both moments and
-# its gradient, all in the parameters' dtype; autocast's BF16 weight copies are freed layer by layer as backward goes,
-# so they are gone by then (the chapter measured 16.50 B/param on a 2-layer MLP, whose copies are a larger share).
+# 4.2's prediction: Llama-3-8B (8,030,261,248 parameters, utils.ledger.architectures.PUBLISHED_PARAMS) trained by
+# two recipes chapter 04 did not count, activations aside. At the backward peak (the end of backward) every parameter
+# has its weight, its optimizer state and its gradient; autocast's BF16 weight copies are freed layer by layer as
+# backward goes, so they are gone by then. Under autocast the weights and gradients are FP32, and an 8-bit AdamW
+# (torchao's AdamW8bit) stores each moment as 1-byte codes plus an FP32 scale per block of 256 values; in pure BF16
+# with Kahan summation the weight, gradient, both moments and the compensation buffer are all BF16.
 PREDICT_PARAMS = PUBLISHED_PARAMS["Llama-3-8B"]
-BACKWARD_PEAK_BYTES = {"amp-bf16": 4 + 8 + 4, "pure-bf16": 2 + 4 + 2}
+BACKWARD_PEAK_BYTES = {"amp-8bit-adam": 4 + 2 * (1 + 4 / 256) + 4, "pure-bf16-kahan": 2 + 4 + 2 + 2}
 
 
 def backward_peak_truth(n_params: int = PREDICT_PARAMS) -> dict[str, float]:
@@ -146,8 +148,8 @@ def backward_peak_truth(n_params: int = PREDICT_PARAMS) -> dict[str, float]:
 
 
 def check_bytes_per_param(prediction: dict, reasoning: str, bytes_per_param: Callable[..., float]) -> Verdict:
-    """Exercise 4.2: predict (within 5%) Llama-3-8B's parameter-sized GiB at the backward peak under AMP and pure
-    BF16 with AdamW, then measure bytes per parameter of small MLPs."""
+    """Exercise 4.2: predict (within 5%) Llama-3-8B's parameter-sized GiB at the backward peak under AMP with 8-bit
+    AdamW and under pure BF16 with Kahan summation, then measure bytes per parameter of small MLPs."""
 
     def body() -> None:
         guess = _answered(prediction, "prediction")
@@ -160,8 +162,9 @@ def check_bytes_per_param(prediction: dict, reasoning: str, bytes_per_param: Cal
                 raise CheckFailed(f"a prediction for {recipe!r} within 5% of {truth:.1f} GiB", f"{guess[recipe]}",
                                   "count Llama-3-8B's parameters from its config (GQA: k and v are 1,024 wide; the "
                                   "128k embedding and head are untied), then what exists per parameter when the "
-                                  "last gradient is written: weight, Adam's two moments and the gradient, in the "
-                                  "parameters' dtype. Are autocast's BF16 weight copies still alive then?")
+                                  "last gradient is written: weight, optimizer state and gradient, each in its own "
+                                  "dtype and size (8-bit codes and their scales; a Kahan buffer). Are autocast's "
+                                  "BF16 weight copies still alive then?")
         expect_bytes_per_param(bytes_per_param, [MEASURE_CASE])
 
     return run_check("4.2", body, points=2)
