@@ -416,27 +416,29 @@ def check_swiglu(swiglu_saved_bytes: Callable, choose_mode: Callable) -> Verdict
 # 5.6 -------------------------------------------------------------------------------------------------------------
 class DropPath(nn.Module):
     """Stochastic depth, as ViTs use it: in training, each sample's branch is dropped with probability p (and the
-    kept ones scaled by 1/(1-p))."""
+    kept ones scaled by 1/(1-p)). The colleague's version draws from its own `torch.Generator`, seeded per block,
+    so that a run's drop-path decisions are reproducible whatever else uses torch's default generator."""
 
-    def __init__(self, p: float) -> None:
+    def __init__(self, p: float, seed: int = 0) -> None:
         super().__init__()
         self.p = p
+        self.generator = torch.Generator().manual_seed(seed)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
-        keep = (torch.rand(x.shape[0], *([1] * (x.dim() - 1))) >= self.p).to(x.dtype)
-        return x * keep / (1 - self.p)
+        keep = torch.rand(x.shape[0], *([1] * (x.dim() - 1)), generator=self.generator) >= self.p
+        return x * keep.to(x.dtype) / (1 - self.p)
 
 
 class ViTBlock(nn.Module):
     """A pre-norm ViT MLP block with stochastic depth: x + drop_path(fc2(gelu(fc1(norm(x)))))."""
 
-    def __init__(self, d: int, drop_path: float) -> None:
+    def __init__(self, d: int, drop_path: float, seed: int = 0) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d)
         self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.drop_path = DropPath(drop_path)
+        self.drop_path = DropPath(drop_path, seed)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.drop_path(self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x)))))
@@ -444,16 +446,17 @@ class ViTBlock(nn.Module):
 
 class TinyViT(nn.Module):
     """Someone else's ViT fine-tuning setup: a FROZEN pretrained patch embedding (and fixed position table), then
-    trainable blocks with stochastic depth, a final LayerNorm, mean pooling and a classification head."""
+    trainable blocks with stochastic depth (each block's DropPath draws from its own generator, seeded from
+    `seed`), a final LayerNorm, mean pooling and a classification head."""
 
     def __init__(self, image: int = 16, patch: int = 4, channels: int = 3, d: int = 32, depth: int = 4,
-                 classes: int = 10, drop_path: float = 0.2) -> None:
+                 classes: int = 10, drop_path: float = 0.2, seed: int = 0) -> None:
         super().__init__()
         self.patch = patch
         self.patch_embed = nn.Linear(channels * patch * patch, d)
         self.patch_embed.requires_grad_(False)  # pretrained, frozen for fine-tuning
         self.register_buffer("pos", torch.randn((image // patch) ** 2, d) * 0.02)
-        self.blocks = nn.ModuleList(ViTBlock(d, drop_path) for _ in range(depth))
+        self.blocks = nn.ModuleList(ViTBlock(d, drop_path, seed=1000 * seed + i) for i in range(depth))
         self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, classes)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
@@ -474,7 +477,13 @@ class TinyViT(nn.Module):
 def reference_vit_forward(vit: TinyViT, images: torch.Tensor) -> torch.Tensor:
     x = vit.embed(images)
     for block in vit.blocks:
-        x = checkpoint(block, x, use_reentrant=False)
+        state = block.drop_path.generator.get_state()
+
+        def run(h: torch.Tensor, block: nn.Module = block, state: torch.Tensor = state) -> torch.Tensor:
+            block.drop_path.generator.set_state(state)  # the forward and its recomputation draw the same masks
+            return block(h)
+
+        x = checkpoint(run, x, use_reentrant=False)
     return vit.classify(x)
 
 
@@ -485,7 +494,7 @@ def expect_vit_checkpoint(vit_forward: Callable, cases: Sequence[tuple[int, int,
     vit_forward = guarded(vit_forward, reference_vit_forward)
     for image, patch, d, depth, p, batch, seed in cases:
         torch.manual_seed(seed)
-        vit = TinyViT(image, patch, 3, d, depth, 10, p).train()
+        vit = TinyViT(image, patch, 3, d, depth, 10, p, seed=seed).train()
         plain = copy.deepcopy(vit)
         images, labels = torch.randn(batch, 3, image, image), torch.randint(0, 10, (batch,))
         what = f"{depth} blocks, drop-path {p}, batch {batch}, {image}x{image} images in {patch}x{patch} patches"
@@ -508,8 +517,14 @@ def expect_vit_checkpoint(vit_forward: Callable, cases: Sequence[tuple[int, int,
                                   "use_reentrant=False.")
             if not torch.allclose(q.grad, r.grad, atol=1e-5, rtol=1e-4):
                 raise CheckFailed(f"the plain forward's gradient for {name} ({what})", "a different gradient",
-                                  "the recomputation must draw the same drop-path decisions as the forward: "
-                                  "preserve the RNG state.")
+                                  "the recomputation must draw the same drop-path decisions as the forward; "
+                                  "preserve_rng_state replays torch's default generators only: which generator "
+                                  "does DropPath draw from?")
+        for block, twin in zip(vit.blocks, plain.blocks, strict=True):
+            if not torch.equal(block.drop_path.generator.get_state(), twin.drop_path.generator.get_state()):
+                raise CheckFailed(f"each block's drop-path generator where a plain step leaves it ({what})",
+                                  "another state", "the next step must draw what a run without checkpoints "
+                                  "draws: do not re-seed the generator, replay its state.")
         torch.manual_seed(seed + 1)
         limit = saved_activation_bytes(reference_vit_forward, copy.deepcopy(vit), images)
         torch.manual_seed(seed + 1)
