@@ -34,16 +34,26 @@ def test_mem_shape_rebuilds_a_saved_runs_model():
         mem_shape("huge")
 
 
+def _smoothed(model, batch, shift=True, reduction="sum"):
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    labels = batch["labels"][:, 1:] if shift else batch["labels"]
+    logits = logits[:, :-1] if shift else logits
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=ch06.SMOOTHING,
+                           reduction=reduction)
+
+
 def mean_per_micro(model, micro_batches):
-    """The teammate's loop with only the clearing fixed: each micro-batch's mean loss / k."""
+    """The teammate's loop with the clearing and the shift fixed: each micro-batch's mean loss / k."""
     for batch in micro_batches:
-        (model(**batch).loss / len(micro_batches)).backward()
+        (_smoothed(model, batch, reduction="mean") / len(micro_batches)).backward()
 
 
-def token_normalised(model, micro_batches):
-    num_items = sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro_batches)
+def token_normalised(model, micro_batches, shift=True, count_after_shift=True):
+    """The fix (with both flags on); the shift left out, or the targets counted before the shift, plant a bug."""
+    num_items = sum(int((b["labels"][:, 1:] if count_after_shift else b["labels"]).ne(-100).sum())
+                    for b in micro_batches)
     for batch in micro_batches:
-        model(**batch, num_items_in_batch=num_items).loss.backward()
+        (_smoothed(model, batch, shift=shift) / num_items).backward()
 
 
 def moe_step(model, optimizers, scaler, micro_batches, max_norm, alpha, *, aux_scaled=True, unscale_all=True,
@@ -111,22 +121,26 @@ def test_lab06_weighted_answer_tuned_to_the_public_k_fails_hidden(monkeypatch):
         hidden()["6.5"](tuned)
 
 
-def test_lab06_count_before_the_shift_fails_with_a_hint_on_the_count(monkeypatch):
-    """Exercise 6.1: counting labels != -100 before the model's shift gives the right direction, the wrong size."""
-    def unshifted(model, micro_batches):
-        num_items = sum(int((b["labels"] != -100).sum()) for b in micro_batches)
+def test_lab06_each_bug_fails_with_a_hint_that_names_it(monkeypatch):
+    """Exercise 6.1 (the teammate computes a label-smoothed loss from the logits, so transformers' num_items_in_batch
+    does not apply; review s9 S16: the old exercise's fix was chapter 06's cell): no shift, a count before the shift,
+    the model's own loss (no label smoothing) and the batch in one forward each fail with the hint that names it."""
+    def model_loss(model, micro_batches):  # transformers' loss: right shift and count, but no label smoothing
+        num_items = sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro_batches)
         for batch in micro_batches:
             model(**batch, num_items_in_batch=num_items).loss.backward()
 
     def concatenated(model, micro_batches):  # the big batch in one forward: not accumulation
-        model(**{key: torch.cat([b[key] for b in micro_batches]) for key in micro_batches[0]}).loss.backward()
+        token_normalised(model, [{key: torch.cat([b[key] for b in micro_batches]) for key in micro_batches[0]}])
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
-    verdict = ch06.check_token_normalised(unshifted)
-    assert verdict.status == "failed" and "after the model's shift" in verdict.message, verdict.message
     assert ch06.check_token_normalised(token_normalised).status == "passed"
-    verdict = ch06.check_token_normalised(concatenated)
-    assert verdict.status == "failed" and "one forward per micro-batch" in verdict.message, verdict.message
+    for wrong, says in ((functools.partial(token_normalised, shift=False), "own token"),
+                        (functools.partial(token_normalised, count_after_shift=False), "counted after the shift"),
+                        (mean_per_micro, "normalisation"), (model_loss, ""),
+                        (concatenated, "one forward per micro-batch")):
+        verdict = ch06.check_token_normalised(wrong)
+        assert verdict.status == "failed" and says in verdict.message, (wrong, verdict.message)
 
 
 def test_lab06_adam_count_agrees_with_torch_adam():

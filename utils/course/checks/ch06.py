@@ -42,15 +42,29 @@ def padded(n: int, seq_len: int, vocab: int, seed: int, empty_rows: int = 0) -> 
 
 
 # 6.1 -------------------------------------------------------------------------------------------------------------
+SMOOTHING = 0.1  # the teammate's label smoothing, which transformers' own causal-LM loss does not offer
+
+
+def smoothed_target_losses(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """The SUM of the label-smoothed cross-entropies of a batch's shifted real targets (the logits of position t
+    against the label of t + 1, padding's -100 ignored), and how many targets that is."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    targets = batch["labels"][:, 1:]
+    loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100,
+                           label_smoothing=SMOOTHING, reduction="sum")
+    return loss, int((targets != -100).sum())
+
+
 def expect_token_normalised(accumulate: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
     """cases: (k, sequences, seed, all-padding sequences at the front). The accumulated .grad must equal one
-    big-batch backward of `model(**batch).loss` (the mean over the whole batch's shifted real targets), with one
-    forward per micro-batch."""
+    big-batch backward of the teammate's loss (the mean over the whole batch's shifted real targets of their
+    label-smoothed cross-entropy), with one forward per micro-batch."""
     for k, n, seed, empty in cases:
         model = tiny_llama(seed)
         reference, model_copy_for_diagnosis = copy.deepcopy(model), copy.deepcopy(model)
         batch = padded(n, 12, model.config.vocab_size, seed, empty)
-        reference(**batch).loss.backward()
+        total, count = smoothed_target_losses(reference, batch)
+        (total / count).backward()
         micro_batches = [dict(zip(batch, parts, strict=True))
                          for parts in zip(*(t.chunk(k) for t in batch.values()), strict=True)]
         rows: list[int] = []
@@ -86,38 +100,53 @@ def _parallel(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(b.norm() > 0) and abs(F.cosine_similarity(a, b, dim=0).item()) > 1 - 1e-5
 
 
+def _unshifted_gradient(start: nn.Module, micro_batches: list) -> torch.Tensor:
+    """The step's gradient with each position's logits scored against its OWN label (no shift), token-normalised."""
+    m = copy.deepcopy(start)
+    count = sum(int((mb["labels"] != -100).sum()) for mb in micro_batches)
+    for mb in micro_batches:
+        logits = m(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), mb["labels"].flatten(), ignore_index=-100,
+                               label_smoothing=SMOOTHING, reduction="sum")
+        (loss / max(count, 1)).backward()
+    return torch.cat([p.grad.flatten() for p in m.parameters()])
+
+
 def _what_is_still_wrong(got: torch.Tensor, want: torch.Tensor, start: nn.Module, micro_batches: list) -> str:
     """Name the bug that remains, from the shape of the learner's gradient: the last micro-batch's alone (cleared
-    inside the loop), the sum of per-micro-batch means (normalised per micro-batch), the right direction with the
-    wrong size (a wrong count), or none of these."""
+    inside the loop), targets not shifted, the sum of per-micro-batch means (normalised per micro-batch), the right
+    direction with the wrong size (a wrong count), or none of these."""
     per_batch, targets = [], []
     for mb in micro_batches:
         m = copy.deepcopy(start)
-        shifted = mb["labels"][:, 1:]
-        n = int((shifted != -100).sum())
+        total, n = smoothed_target_losses(m, mb)
         if n:
-            m(**mb).loss.mul(n).backward()  # the micro-batch's summed target losses
+            total.backward()  # the micro-batch's summed target losses
             per_batch.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
             targets.append(n)
     if len(micro_batches) > 1 and per_batch and _parallel(got, per_batch[-1]) and not _parallel(want, per_batch[-1]):
         return ("only the last micro-batch's gradient is left: the gradients are cleared inside the loop, so they "
                 "cannot add up over the micro-batches.")
+    if _parallel(got, _unshifted_gradient(start, micro_batches)):
+        return ("each position's logits are scored against its own token: a causal LM's logits at position t predict "
+                "the token at t + 1, so shift them against the labels (the model's own loss does this for you).")
     means = [g / n for g, n in zip(per_batch, targets, strict=True)]
     if means and _parallel(got, sum(means)) and not _parallel(want, sum(means)):
-        return ("the gradients add up now; what is still wrong is the normalisation: model(**batch).loss is each "
-                "micro-batch's mean over its own targets, which weights a short micro-batch like a long one. Divide "
-                "each micro-batch's summed target losses by the targets of the whole step (transformers: pass "
-                "num_items_in_batch).")
+        return ("the gradients add up now; what is still wrong is the normalisation: a micro-batch's mean over its "
+                "own targets weights a short micro-batch like a long one. Sum each micro-batch's target losses and "
+                "divide by the targets of the whole step.")
     if _parallel(got, want):
         return (f"the direction is right, the size is {(got.norm() / want.norm()).item():.3g} times the big batch's: "
-                "the divisor must be the number of targets of the whole step, counted after the model's shift by one "
-                "(labels[:, 1:] != -100), once for the step.")
-    return ("two things must hold: the gradients add up over the micro-batches (no clearing inside the loop), and "
-            "each micro-batch's summed target losses are divided by the targets of the whole step.")
+                "the divisor must be the number of targets of the whole step, counted after the shift by one, once "
+                "for the step.")
+    return ("three things must hold: the gradients add up over the micro-batches (no clearing inside the loop), the "
+            "logits of position t are scored against the label of t + 1, and each micro-batch's summed target "
+            "losses are divided by the targets of the whole step.")
 
 
 def check_token_normalised(accumulate: Callable) -> Verdict:
-    """Exercise 6.1: fix a teammate's accumulation loop for a Hugging Face Llama over padded micro-batches."""
+    """Exercise 6.1: fix a teammate's accumulation loop, with its own label-smoothed loss, for a Hugging Face Llama
+    over padded micro-batches."""
     return run_check("6.1", lambda: expect_token_normalised(accumulate, [(4, 8, 0, 0), (2, 6, 1, 0)]), points=1)
 
 
