@@ -37,22 +37,51 @@ def recorded_answers() -> dict:
 def test_exercise_answers_match_the_measured_curve():
     out, text, found = stdout(), markdown(), recorded_answers()
     assert "exercise 1" not in out and "exercise 2" not in out, "the chapter prints its exercises' answers"
-    n36, n16 = found["n36"], found["n16"]
+    n36 = found["n36"]
     near = [str(k) for k in n36["within_5pct"] if k != n36["k_best"]]
     answers = text[text.index("<summary>Answers</summary>"):]  # folded under the questions (issue 34)
-    answer = answers[answers.index("1. Recorded in `results/`"):answers.index("2. Section 2 measures it too")]
+    answer = answers[answers.index("1. Recorded in `results/`"):answers.index("2. c = 17")]
     answer = " ".join(answer.split())
     assert f"at depth 36 is at k = {n36['k_best']}" in answer and f"{n36['sqrt_ratio']:.2f} times" in answer
     assert f"with k = {', '.join(near[:-1])} and {near[-1]} within 5%" in answer if len(near) > 1 else \
         f"with k = {near[0]} within 5%" in answer
     assert f"√(c·36) = {n36['sqrt_cN']:.1f}" in answer and f"puts it at k = {n36['model_best']}" in answer
     assert n36["sqrt_ratio"] > 1.3, "the text says sqrt(N) is far from the optimum"
-    answer2 = answers[answers.index("2. Section 2 measures it too"):answers.index("3. At full checkpointing")]
-    assert f"lowest at k = {n16['model_best']}" in answer2 and f"measured optimum is {n16['k_best']}" in answer2
-    if n16["k_best"] != n16["model_best"]:  # a tie within backward's temporaries: the answer says by how much
-        peaks = dict(enumerate(n16["peaks"], 1))
-        gap = peaks[n16["model_best"]] / peaks[n16["k_best"]] - 1
-        assert f"with k = {n16['model_best']} {gap:.1%} above it" in answer2 and gap < 0.02
+
+
+def test_transfer_answers_2_and_5_follow_from_a_measured_block_and_checkpoint_sequentials_split():
+    """Review s13 05.2/05.3: exercises 2 and 5 re-ran the chapter's sweep and a printed checkpoint_sequential case;
+    they now ask for a gated MLP's c (measured here: 17 floats of its input) and checkpoint_sequential's best k for
+    100 blocks (its segments and uncheckpointed last segment, counted as the answer counts them)."""
+    import math
+
+    import torch
+    from torch import nn
+
+    from utils.lessons.measure import saved_activation_bytes
+
+    class GatedBlock(nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.w1, self.w3 = nn.Linear(d, 4 * d, bias=False), nn.Linear(d, 4 * d, bias=False)
+            self.w2 = nn.Linear(4 * d, d, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
+
+    x = torch.randn(8, 64, requires_grad=True)
+    c = saved_activation_bytes(GatedBlock(64), x) / x.nbytes
+    text = " ".join(markdown().split())
+    answers = text[text.index("<summary>Answers</summary>"):]
+    assert c == 17 and f"√(17·32) ≈ {round(math.sqrt(17 * 32))} segments" in answers
+
+    def kept(n: int, k: int, c: int = 10) -> int:
+        return (k - 1) + c * (n - (k - 1) * (n // k))
+
+    best = min(range(1, 101), key=lambda k: kept(100, k))
+    assert best == 25 and round(math.sqrt(10 * 100)) == 32
+    assert f"5. k = {best}: segments of 4 blocks and a last one of 4, 24 + 10·4 = {kept(100, best)} inputs" in answers
+    assert f"31 + 70 = {kept(100, 32)}" in answers and f"340 = {kept(100, 34)}" in answers
 
 
 def test_timing_readings_follow_the_measured_direction():
@@ -118,7 +147,7 @@ def test_readings_quote_the_measured_figures():
     opt = cpu["optimum_segments"]["value"]
     peak = dict(zip(opt["ks"], opt["peaks"], strict=True))
     best = opt["k_measured"]
-    reading = text[text.index("**Reading the curve.**"):text.index("The exercises at the end ask")]
+    reading = text[text.index("**Reading the curve.**"):text.index("Exercise 1 at the end asks")]
     assert f"**The minimum is at k = {best}, where the count" in reading and opt["k_freed_model"] == best
     lo, hi = opt["residual_inputs"]
     assert f"{lo:.1f} to {hi:.1f} inputs' worth below it" in reading
@@ -215,11 +244,6 @@ def test_attention_is_the_dearer_recomputation_at_the_tables_shape():
     assert f"{ratio:.1f} times as much at T = 512 and d = 64" in " ".join(markdown().split())
 
 
-def test_answer_5_quotes_the_printed_ratio():
-    ratio = re.search(r"checkpoint_sequential keeps ([\d.]+)x what the even split keeps", stdout()).group(1)
-    assert f"this keeps {ratio} times what the chapter's even split keeps" in " ".join(markdown().split())
-
-
 def test_no_backward_op_reads_the_last_matmuls_output():
     """Review s9 S2, as chapter 05's selective-policy reading says: in the block x + down(gelu(up(ln(x)))), autograd
     saves nothing that shares `down`'s output storage (the residual add saves nothing), so a policy that keeps it
@@ -239,3 +263,23 @@ def test_no_backward_op_reads_the_last_matmuls_output():
         y = x + down(torch.nn.functional.gelu(up(ln(x))))
     assert outputs["up"] in saved and outputs["down"] not in saved
     y.sum().backward()
+
+
+def test_c21_is_judged_on_a_transformer_layer():
+    """Review s13 05.1: C21 is a claim about transformer training; judged on the MLP block (+17% FLOPs with early stop)
+    it printed "fails". It is judged on the course's GPT layer now (+22%, inside 20-40%), the MLP block beside it."""
+    import re
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from utils.lessons.models import Block, GPTConfig
+    from utils.lessons.timing import count_flops
+
+    torch.manual_seed(0)
+    layer, h = Block(GPTConfig(n_layer=1, d_model=64, n_head=4, seq_len=64)), torch.randn(2, 64, 64, requires_grad=True)
+    extra = (count_flops(lambda: checkpoint(layer, h, use_reentrant=False).sum().backward())
+             / count_flops(lambda: layer(h).sum().backward()) - 1)
+    line = next(s for s in stdout().splitlines() if s.startswith("C21 ("))
+    assert f"FLOPs counted on a GPT layer {extra:+.0%}, on section 3's MLP block +17%" in line
+    assert 0.2 <= extra <= 0.4 and re.search(r"-> (partly|holds);", line), line

@@ -10,8 +10,9 @@ from utils.validate import check_number
 
 C20_CRITERION = ("holds if the saved bytes grow with depth at slope >= 0.9 without checkpointing and at a slope "
                  "between 0.3 and 0.75 with sqrt(N) segments; fails otherwise")
-C21_CRITERION = ("holds if one checkpoint per block adds 20-40% FLOPs (counted) and 20-45% step time (median of the "
-                 "timed repeats); partly if only the FLOPs are in 20-40%; fails if the FLOPs are not")
+C21_CRITERION = ("holds if one checkpoint per transformer layer adds 20-40% FLOPs (counted on the course's GPT layer, "
+                 "attention and MLP) and one checkpoint per block 20-45% step time (median of the timed repeats); "
+                 "partly if only the FLOPs are in 20-40%; fails if the FLOPs are not")
 C22_CRITERION = ("holds if 20 segments of 100 blocks cut the activation peak by 75-85% (about 80%); partly if they "
                  "cut more (blocks that save several times their input); fails if they cut less than 75%")
 C23_CRITERION = ("holds if every measured cut of one checkpoint per layer lies in 50-80%; partly if every cut is "
