@@ -283,3 +283,14 @@ def test_c21_is_judged_on_a_transformer_layer():
     line = next(s for s in stdout().splitlines() if s.startswith("C21 ("))
     assert f"FLOPs counted on a GPT layer {extra:+.0%}, on section 3's MLP block +17%" in line
     assert 0.2 <= extra <= 0.4 and re.search(r"-> (partly|holds);", line), line
+
+
+def test_answer_4_brackets_the_h100_tie_from_its_saved_run():
+    """Review s13 05.7: answer 4 restated its question; it now gives the H100 run's bracket, read from results/."""
+    import json
+
+    saved = json.loads((ROOT / "results" / "nvidia-h100-80gb-hbm3" / "05_gradient_checkpointing.json").read_text())
+    ratios = {int(k): v["ratio"] for k, v in saved["figures"]["batch_vs_recompute"]["value"].items()}
+    low, high = min(ratios), max(ratios)
+    assert (ratios[low] - 1) * (ratios[high] - 1) < 0  # the two sides of a tie
+    assert f"between {low} and {high:,} base tokens" in " ".join(markdown().split())
