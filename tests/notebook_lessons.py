@@ -66,3 +66,22 @@ def folded_answer(notebook: Path, start: str) -> str:
     number = re.findall(r"\n(\d+)\. ", exercises[:exercises.index(start)])[-1]
     fold = exercises[exercises.index("<summary>Answers</summary>"):exercises.index("</details>")]
     return re.split(r"\n\n(?=\d+\. )", fold.split(f"\n\n{number}. ", 1)[1])[0]
+
+
+def gated_mlp(d: int, residual: bool = False) -> Any:
+    """Llama's MLP without its norm, w2(silu(w1(x)) * w3(x)) with hidden width 4d and no biases (plus x when
+    `residual`): the module chapter 00's exercise 2 and chapter 05's exercise 2 ask about."""
+    import torch
+    from torch import nn
+
+    class GatedMLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w1, self.w3 = nn.Linear(d, 4 * d, bias=False), nn.Linear(d, 4 * d, bias=False)
+            self.w2 = nn.Linear(4 * d, d, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
+            return x + out if residual else out
+
+    return GatedMLP()

@@ -56,21 +56,12 @@ def test_transfer_answers_2_and_5_follow_from_a_measured_block_and_checkpoint_se
     import math
 
     import torch
-    from torch import nn
+    from notebook_lessons import gated_mlp
 
     from utils.lessons.measure import saved_activation_bytes
 
-    class GatedBlock(nn.Module):
-        def __init__(self, d: int) -> None:
-            super().__init__()
-            self.w1, self.w3 = nn.Linear(d, 4 * d, bias=False), nn.Linear(d, 4 * d, bias=False)
-            self.w2 = nn.Linear(4 * d, d, bias=False)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x + self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
-
     x = torch.randn(8, 64, requires_grad=True)
-    c = saved_activation_bytes(GatedBlock(64), x) / x.nbytes
+    c = saved_activation_bytes(gated_mlp(64, residual=True), x) / x.nbytes
     text = " ".join(markdown().split())
     answers = text[text.index("<summary>Answers</summary>"):]
     assert c == 17 and f"√(17·32) ≈ {round(math.sqrt(17 * 32))} segments" in answers

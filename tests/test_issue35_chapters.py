@@ -249,21 +249,11 @@ def test_no_chapter_shows_an_exercise_answer_in_the_open() -> None:
 def test_review_s13_chapter_00_answer_2_is_the_gated_mlps_measured_bytes() -> None:
     """Review s13 00.2: exercise 2 asked what the section's reading had just said (36·B·d is linear in B and d); it
     now asks for Llama's gated MLP, whose saved bytes the answer derives (68·B·d) and quotes as measured."""
-    from torch import nn
-    from torch.nn import functional as F
+    from notebook_lessons import gated_mlp
 
     from utils.lessons.measure import saved_activation_bytes
 
-    class SwiGLU(nn.Module):
-        def __init__(self, d: int) -> None:
-            super().__init__()
-            self.w1, self.w3 = nn.Linear(d, 4 * d, bias=False), nn.Linear(d, 4 * d, bias=False)
-            self.w2 = nn.Linear(4 * d, d, bias=False)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-    measured = saved_activation_bytes(SwiGLU(64), torch.randn(8, 64))
+    measured = saved_activation_bytes(gated_mlp(64), torch.randn(8, 64))
     answer = " ".join(_markdown(NB["00"]).split())
     assert measured == 68 * 8 * 64 and f"Measured at batch 8, width 64: {measured:,} B = 68 × 8 × 64" in answer
 
