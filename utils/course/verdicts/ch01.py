@@ -26,10 +26,10 @@ C05_SHARE = 0.90
 C05_CRITERION = ("a 'can' claim: holds if some configuration that fits the GPU judged, without checkpointing, has "
                  "activations above 90% of weights + gradients + states + activations; fails if none does")
 C06_CRITERION = "holds if the saved bytes grow by the batch ratio within 5%; fails otherwise"
-C07_CRITERION = ("holds if the attention core's saved bytes (one block, outside its qkv and output Linear layers) "
-                 "grow with sequence length at a log-log slope >= 1.8 with eager attention and with SDPA; depends "
-                 "if only eager attention's slope is >= 1.3; fails if eager's is below 1.3 (the thresholds of "
-                 "chapter 05)")
+C07_CRITERION = ("holds if the measured attention activations (chapter 01: the attention core's saved bytes, outside "
+                 "its qkv and output Linear layers; chapter 05: a one-layer GPT's) grow with sequence length at a "
+                 "log-log slope >= 1.8 with eager attention and with SDPA; depends if only eager attention's slope "
+                 "is >= 1.3; fails if eager's is below 1.3 (the thresholds of chapter 05)")
 ARITH_TOLERANCE = 0.05
 C08_CRITERION = ("each of the claim's figures (FP32 weights, 16-bit weights, Adam states, the last counted as the "
                  "claim's source counts it: FP32 master copy + two moments, ZeRO's K = 12) holds if it is within 5% of "
@@ -130,7 +130,7 @@ def c06(ratio: float, batch_ratio: float) -> Judged:
                                                  {"eager_slope": 1.55, "sdpa_slope": 1.0},
                                                  {"eager_slope": 1.0, "sdpa_slope": 1.0}])
 def c07(eager_slope: float, sdpa_slope: float) -> Judged:
-    """C07 from the log-log slopes of an attention core's saved bytes against sequence length."""
+    """C07 from the log-log slopes of measured attention activations against sequence length."""
     check_number("eager_slope", eager_slope)
     check_number("sdpa_slope", sdpa_slope)
     if eager_slope >= 1.8 and sdpa_slope >= 1.8:
