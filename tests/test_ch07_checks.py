@@ -1,5 +1,6 @@
-"""Lab 07's checks: the solutions pass the public and the hidden cases; answers tuned to the public cases, or
-with the classic mistakes, fail; an untouched lab says "not attempted"."""
+"""Lab 07's checks: answers tuned to the public cases, or with the classic mistakes, fail; an untouched lab says
+"not attempted". That the solutions pass the public and the hidden cases is shown where it counts, through
+`make grade` (tests/test_grade.py::test_every_solution_earns_full_marks_and_every_lab_none)."""
 
 from __future__ import annotations
 
@@ -46,18 +47,6 @@ ARGS = {"7.1": ("read_run",), "7.2": ("prediction", "reasoning", "kept_loss_byte
         "7.4": ("plan_micro_batch",), "7.5": ("train_with_features",), "7.6": ("replay_allocator",)}
 CHECKS = {"7.1": ch07.check_read_run, "7.2": ch07.check_kept_graph, "7.3": ch07.check_leak_fixed,
           "7.4": ch07.check_micro_batch_plan, "7.5": ch07.check_features_fixed, "7.6": ch07.check_allocator_replay}
-
-
-def test_solutions_pass_public_and_hidden():
-    ns = _namespace(ROOT / "solutions" / "lab07_memory_profiling.ipynb")
-    hidden = _hidden()
-    assert set(hidden) == set(CHECKS)
-    for ex, check in CHECKS.items():
-        args = [ns[a] for a in ARGS[ex]]
-        verdict = check(*args)
-        assert verdict.status == "passed", verdict
-        assert "all" not in verdict.message.lower() or "public" in verdict.message.lower()
-        hidden[ex](*args)  # raises CheckFailed on a failure
 
 
 def test_untouched_lab_is_not_attempted():

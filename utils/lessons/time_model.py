@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -329,14 +329,24 @@ def datasheet_bound_seconds(works: list[Work], gpu: GpuRates, *, efficiency: flo
 
 def chapter_work(chapter: str, tier: int) -> list[Work]:
     """The full-size work of chapter `chapter` ("00".."10") on a GPU of memory tier `tier`."""
-    import importlib
+    from utils.lessons.sizes import TIERS
 
     check_choice("chapter", chapter, CHAPTERS)
+    check_choice("tier", tier, TIERS)
+    return list(_chapter_work(chapter, tier))
+
+
+@cache
+def _chapter_work(chapter: str, tier: int) -> tuple[Work, ...]:
+    """chapter_work's list, traced once per process (a chapter's models are traced on the meta device: seconds; a
+    Work is frozen, so the tuple is shared safely)."""
+    import importlib
+
     module = importlib.import_module(f"utils.lessons.experiment_sizes.ch{chapter}")
     works = module.work(tier)
     if not isinstance(works, list) or not all(isinstance(w, Work) for w in works):
         raise TypeError(f"utils.lessons.experiment_sizes.ch{chapter}.work must return a list of Work")
-    return works
+    return tuple(works)
 
 
 def time_table(*, bound: bool = False) -> tuple[list[tuple[str, ...]], list[str], dict[str, float]]:
