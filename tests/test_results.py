@@ -37,3 +37,21 @@ def test_device_slug_never_empty() -> None:
         results.device_slug(None)
     with pytest.raises(ValueError, match="name"):
         results.device_slug("  ")
+
+
+def test_a_verdict_judged_by_an_earlier_criterion_is_marked_in_the_ledger(monkeypatch, tmp_path) -> None:
+    """Review s14 R4: a GPU run saved before a chapter changed how it judges a claim (chapter 01's C07 moved from the
+    whole GPT to the attention core) showed its old verdict as if today's cell had judged it."""
+    from utils.course.verdicts.ch01 import c07
+
+    monkeypatch.setenv("COURSE_RECORD", "1")
+    info = device_info("cpu")
+    run = results.Run("01_where_the_memory_goes")
+    run.claim("C07", "slopes today", *c07(1.9, 1.0))  # today's criterion
+    run.claim("C06", "ratio 4.0", "holds", "criterion: holds if an older sentence says so")  # no chapter's today
+    run.save(root=tmp_path, info=info)
+    rows = {line.split("|")[1].strip(): line for line in results.claims_ledger(tmp_path).splitlines()
+            if line.startswith("| C0")}
+    assert results.EARLIER not in rows["C07"] and "| depends" in rows["C07"]
+    assert f"holds ({results.EARLIER}: chapter 01 judges it otherwise now; re-run it there)" in rows["C06"]
+    assert results.EARLIER in results.claims_summary(tmp_path, width=200)

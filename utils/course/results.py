@@ -321,6 +321,22 @@ def run_label(run: dict[str, Any]) -> str:
     return f"{name} ({kind}, {run.get('size', '?')} size)"
 
 
+EARLIER = "by an earlier criterion"
+
+
+def _verdict_shown(rec: dict[str, Any]) -> str:
+    """A saved claim's verdict, marked where its note states a criterion that no chapter's verdict function states
+    today (utils.course.verdicts): the run was judged by an earlier version of the chapter's cell, so its verdict
+    stands beside today's only once that chapter runs again on that device."""
+    from utils.course.verdicts import all_judges
+
+    today = [j.criterion for j in all_judges() if j.claim_id == rec["id"]]
+    note = str(rec.get("note", ""))
+    if any(note.startswith(f"criterion: {c}") for c in today):
+        return rec["verdict"]
+    return f"{rec['verdict']} ({EARLIER}: chapter {rec['chapter']} judges it otherwise now; re-run it there)"
+
+
 def claims_ledger(root: Path | None = None) -> str:
     """A Markdown table of every claim: what each saved run measured, where, and the verdict, then one line naming
     the saved runs read (device and chapters); damaged files are skipped, each with one printed line."""
@@ -336,7 +352,7 @@ def claims_ledger(root: Path | None = None) -> str:
         if not records[cid]:
             rows.append([cid, text, chapters, "not yet measured", "", ""])
         for device, rec in records[cid]:
-            rows.append([cid, text, rec["chapter"], rec["measured"], device, rec["verdict"]])
+            rows.append([cid, text, rec["chapter"], rec["measured"], device, _verdict_shown(rec)])
     table = format_table(rows, ["id", "claim", "chapter", "measured", "device", "verdict"])
     by_device: dict[str, list[str]] = {}
     for run in runs:
@@ -366,7 +382,8 @@ def claims_summary(root: Path | None = None, width: int = 100) -> str:
     verdicts: dict[str, list[str]] = {cid: [] for cid in claims}
     for run in _saved_runs(root):
         for rec in run.get("claims", []):
-            verdicts.setdefault(rec["id"], []).append(f"{rec['verdict']}: {run_label(run)}, ch{run['chapter'][:2]}")
+            shown = _verdict_shown(rec | {"chapter": run["chapter"][:2]})
+            verdicts.setdefault(rec["id"], []).append(f"{shown}: {run_label(run)}, ch{run['chapter'][:2]}")
     legend = ["Verdicts: " + "; ".join(f"{k} = {v}" for k, v in VERDICT_LEGEND.items())]
     lines = [textwrap.fill(legend[0], width=width), ""]
     for cid, (text, _) in claims.items():  # the claim in full, wrapped under its verdicts (never cut)
