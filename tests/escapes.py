@@ -165,8 +165,10 @@ STACK_WALK = {
     "10.1": _STACK + '''def pipeline_stage(layer_bytes, n_layer, stages, micro_batches, schedule):
     return _copy(_ref("reference_stage"))(layer_bytes, n_layer, stages, micro_batches, schedule)
 ''',
-    "10.4": _STACK + '''def zero_traffic(n_params, grad_bytes, stage, n_gpus, micro_batches):
-    return _copy(_ref("reference_zero_traffic"))(n_params, grad_bytes, stage, n_gpus, micro_batches)
+    "10.4": _STACK + '''def fsdp2_traffic(n_params, param_bytes, reduce_bytes, n_gpus, micro_batches, reshard,
+                  sync):
+    return _copy(_ref("reference_fsdp2_traffic"))(n_params, param_bytes, reduce_bytes, n_gpus, micro_batches,
+                                                  reshard, sync)
 ''',
 }
 # Review of issue 34, B2: a prediction computed from the check's source loaded by a path, with a reasoning that says

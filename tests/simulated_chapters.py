@@ -57,15 +57,15 @@ QUICK_KNOWN_FAILURES: dict[str, str] = {}  # none since issue 33 (docs/simulatio
 IN_MAKE_TEST = "00_setup_and_environment.ipynb"
 
 
-def device_params(notebooks: list[str]) -> list:
-    """pytest parameters for a per-device chapter run: every chapter but IN_MAKE_TEST only in `make test-platforms`,
-    and known quick-size failures marked xfail(strict=False) with their finding."""
+def device_params(notebooks: list[str], *, in_make_test: bool = True) -> list:
+    """pytest parameters for a per-device chapter run: every chapter but IN_MAKE_TEST (none with `in_make_test=False`)
+    only in `make test-platforms`, and known quick-size failures marked xfail(strict=False) with their finding."""
     import pytest
     from platform_tier import only_in_platforms
 
     params = []
     for c in notebooks:
-        marks = [] if c == IN_MAKE_TEST else [only_in_platforms]
+        marks = [] if in_make_test and c == IN_MAKE_TEST else [only_in_platforms]
         if c[:2] in QUICK_KNOWN_FAILURES:
             marks.append(pytest.mark.xfail(strict=False, reason=QUICK_KNOWN_FAILURES[c[:2]]))
         params.append(pytest.param(c, marks=marks))

@@ -40,7 +40,7 @@ def test_exercise_answers_match_the_measured_curve():
     n36 = found["n36"]
     near = [str(k) for k in n36["within_5pct"] if k != n36["k_best"]]
     answers = text[text.index("<summary>Answers</summary>"):]  # folded under the questions (issue 34)
-    answer = answers[answers.index("1. Recorded in `results/`"):answers.index("2. c = 17")]
+    answer = answers[answers.index("1. Recorded in `results/amd-epyc/`"):answers.index("2. c = 17")]
     answer = " ".join(answer.split())
     assert f"at depth 36 is at k = {n36['k_best']}" in answer and f"{n36['sqrt_ratio']:.2f} times" in answer
     assert f"with k = {', '.join(near[:-1])} and {near[-1]} within 5%" in answer if len(near) > 1 else \

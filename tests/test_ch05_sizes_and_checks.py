@@ -218,6 +218,19 @@ def test_lab05_prediction_is_for_a_stack_no_laptop_runs(monkeypatch):
                   {"segments": 6, "peak_gib": 14.25}, {"segments": 25, "peak_gib": 61 * 0.125}):
         assert ch05.check_optimal_segments(wrong, words, _measured_optimum).status == "failed", wrong
     assert ch05.check_optimal_segments(truth, words, _all_alive_optimum).status == "failed"
+    assert ch05.check_optimal_segments(truth, words, _closed_form_optimum).status == "failed"  # review s14 R19
+
+
+def _closed_form_optimum(depth, mult, tokens, width):
+    """5.2 without measuring: c = 2 + 2 x mult inputs a block, the chapter's split and freed checkpoints."""
+    c = 2 + 2 * mult
+
+    def peak(k):
+        size, extra = divmod(depth, k)
+        lengths = [size + 1] * extra + [size] * (k - extra)
+        return max(j + n * c for j, n in enumerate(lengths, 1))
+
+    return min(range(1, depth + 1), key=peak)
 
 
 def _vit_forward(reentrant=False, replay=True, per_block=True, eval_mode=False, reseed=False, default_rng=False):

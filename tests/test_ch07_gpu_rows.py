@@ -164,7 +164,11 @@ def test_the_census_reading_says_which_is_larger_as_the_rows_do():
                      re.search(r"by hand: \(.*: ([\d,]+) B\)", line).group(1))
     assert int(held.replace(",", "")) < int(by_hand.replace(",", ""))  # the calibration failed there
     assert f"holding {held} B where the hand count gives {by_hand} B" in prose
-    assert "its graph row undercounts" in prose
+    assert "the H100 graph rows undercount" in prose
+    # review s14 R5: what the H100 census held is exactly the loss's own saved tensors (log-softmax, targets, the
+    # weight scalar, at the hand count's shapes): the walk stopped above the Linear layers
+    assert int(held.replace(",", "")) == 64 * 10 * 4 + 64 * 8 + 4
+    assert "log-softmax 2,560, targets 512, the weight scalar 4" in prose
 
 
 def test_the_gpu_gaps_are_read_from_the_committed_run():

@@ -44,7 +44,7 @@ def test_chapter_09s_ledger_errors_are_the_printed_ones(ch09):
     prose, out = ch09
     assert abs(_error(out, "baseline: FP32, AdamW")) <= 0.1 and "agrees with the ledger's peak to 0.1%" in prose
     checkpointed = round(_error(out, "+ activation checkpointing"))
-    assert f"the ledger is {checkpointed}% above this CPU run's measurement there" in prose
+    assert f"the ledger is {checkpointed}% above this CPU run's measurement" in prose
     acc = _error(out, next(m for m in re.findall(r"small GPT, (\+ accumulation \(micro-batch 1 x \d+\))", out)))
     assert f"{round(acc)}% above the measurement because this CPU's AdamW" in prose
     assert f"The ledger is about {round(_error(out, 'LoRA r=4 on the attention, BF16 base'))}% above" in prose
@@ -124,7 +124,7 @@ def test_chapter_09s_h100_combination_table_is_shown_and_read_from_its_numbers(c
     tables = _tables(out)
     assert len(tables) == 2 and "H100" in tables[1][0] and "committed in results/" in tables[1][0]
     (_, cpu, _), (_, gpu, reading) = tables
-    assert "faster: none" in reading and "no technique is faster than FP32 there, not even BF16 autocast" in prose
+    assert "faster: none" in reading and "no technique beats FP32 there, not even BF16 autocast" in prose
     share = re.search(r"a micro-batch of 1/(\d+) of the tokens takes (\d+)% of the whole batch's time: "
                       r"per-operation overhead, not arithmetic, sets", reading)
     assert share and share.group(1) == "8" and int(share.group(2)) > 50

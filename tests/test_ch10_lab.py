@@ -41,8 +41,8 @@ def test_the_solution_passes_public_and_held_out_cases(solution, hidden):
     assert _status(ch10.check_pipeline_stage(solution["pipeline_stage"])) == "passed"
     assert _status(ch10.check_params_per_rank(solution["params_per_rank"])) == "passed"
     assert _status(ch10.check_layout(solution["choose_layout"])) == "passed"
-    assert _status(ch10.check_zero_traffic(solution["zero_traffic"])) == "passed"
-    hidden["10.4"](solution["zero_traffic"])
+    assert _status(ch10.check_fsdp2_traffic(solution["fsdp2_traffic"])) == "passed"
+    hidden["10.4"](solution["fsdp2_traffic"])
     hidden["10.1"](solution["pipeline_stage"])
     hidden["10.2"](solution["params_per_rank"])
     hidden["10.3"](solution["choose_layout"])
@@ -97,21 +97,27 @@ def test_layout_mistakes_fail(monkeypatch):
         assert _status(ch10.check_layout(wrong)) != "passed", wrong
 
 
-def test_each_of_the_colleagues_three_zero_traffic_mistakes_fails(monkeypatch, solution):
+def test_each_of_the_colleagues_three_fsdp2_traffic_mistakes_fails(monkeypatch, solution):
+    """Review s14 R17: 10.4 re-typed chapter 09's ZeRO traffic formula; it now asks for FSDP2's switches and
+    mixed-precision widths, which no chapter counts. The colleague's function and each single mistake fail."""
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)  # failing verdicts are what this test wants
-    fixed = solution["zero_traffic"]
+    fixed = solution["fsdp2_traffic"]
 
-    def colleague(n, size, stage, gpus, micro):  # the lab's script as handed out
-        return 3 * n * size if stage == 3 else 2 * n * size
+    def colleague(n, gather, reduce, gpus, micro, reshard, sync):  # the lab's function as handed out
+        return (gpus - 1) / gpus * n * gather * (2 * micro + micro)
 
-    def no_ring(n, size, stage, gpus, micro):
-        return fixed(n, size, stage, gpus, micro) * gpus / (gpus - 1) if gpus > 1 else 2 * n * size
+    def gathers_twice_always(n, gather, reduce, gpus, micro, reshard, sync):
+        return fixed(n, gather, reduce, gpus, micro, True, sync)
 
-    def zero2_once(n, size, stage, gpus, micro):
-        return fixed(n, size, 0 if stage == 2 else stage, gpus, micro)
+    def reduces_every_micro_batch(n, gather, reduce, gpus, micro, reshard, sync):
+        return fixed(n, gather, reduce, gpus, micro, reshard, True)
 
-    def zero3_once(n, size, stage, gpus, micro):
-        return fixed(n, size, stage, gpus, 1 if stage == 3 else micro)
+    def one_width(n, gather, reduce, gpus, micro, reshard, sync):
+        return fixed(n, gather, gather, gpus, micro, reshard, sync)
 
-    for wrong in (colleague, no_ring, zero2_once, zero3_once, ch10.reference_zero_traffic, lambda *a: None):
-        assert _status(ch10.check_zero_traffic(wrong)) != "passed", wrong
+    def zero3_of_chapter_09(n, gather, reduce, gpus, micro, reshard, sync):  # 3 m (N - 1)/N G at one width
+        return 3 * micro * (gpus - 1) / gpus * n * gather
+
+    for wrong in (colleague, gathers_twice_always, reduces_every_micro_batch, one_width, zero3_of_chapter_09,
+                  ch10.reference_fsdp2_traffic, lambda *a: None):
+        assert _status(ch10.check_fsdp2_traffic(wrong)) != "passed", wrong

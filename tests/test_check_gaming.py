@@ -341,7 +341,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
         "check_pipeline_stage": ((lambda *a: ch10.reference_stage(*a),), (_stage_by_library,)),
         "check_params_per_rank": ((lambda *a: ch10.reference_params_per_rank(*a),), (_params_by_library,)),
         "check_layout": ((lambda *a: ch10.reference_layout(*a),), (_layout_by_planner,)),
-        "check_zero_traffic": ((lambda *a: ch10.reference_zero_traffic(*a),), (_zero_traffic_by_costs,)),
+        "check_fsdp2_traffic": ((lambda *a: ch10.reference_fsdp2_traffic(*a),), (_fsdp2_traffic_by_costs,)),
     }
 
 
@@ -370,13 +370,14 @@ def _layout_by_planner(model: str, n_gpus: int, budget: int, micro: int) -> Any:
     return utils.ledger.plan.plan(shape_of_model(model, 4096), budget, micro, n_gpus=n_gpus).choice
 
 
-def _zero_traffic_by_costs(n_params: int, grad_bytes: int, stage: int, n_gpus: int, micro: int) -> float:
-    """Lab 10.4 through utils.ledger.plan.costs' communication line."""
+def _fsdp2_traffic_by_costs(n_params: int, param_bytes: int, reduce_bytes: int, n_gpus: int, micro: int,
+                            reshard: bool, sync: bool) -> float:
+    """Lab 10.4 through utils.ledger.plan.costs' communication line (ZeRO-3 at its one width)."""
     import utils.ledger.plan
     from utils.ledger.gpt import TransformerShape
 
-    sharding = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}[stage] if n_gpus > 1 else "none"
-    choice = utils.ledger.plan.Choice(precision="bf16-mixed", accumulation=micro, n_gpus=n_gpus, sharding=sharding)
+    choice = utils.ledger.plan.Choice(precision="bf16-mixed", accumulation=micro, n_gpus=n_gpus,
+                                      sharding="zero3" if n_gpus > 1 else "none")
     return utils.ledger.plan.costs(TransformerShape(1, 64, 1, 1, 1), choice)["communication bytes"]
 
 

@@ -118,10 +118,9 @@ PLANTED = {
 
 
 # The untouched labs graded here: one of each way the grader runs a check (recorded in an answer process: 00; in the
-# kernel: 03's scaler, 04's training step; on the calling thread: 09's peak) and the fixture's challenge. That every
+# kernel: 04's training step and its scaler; on the calling thread: 09's peak) and the fixture's challenge. That every
 # check of every lab refuses the placeholders' None and `...` is tested in-process (tests/test_check_gaming.py).
-UNTOUCHED = {"lab00_warmup", "lab03_loss_scaling", "lab04_automatic_mixed_precision", "lab09_capstone_fit_a_model",
-             FIXTURE}
+UNTOUCHED = {"lab00_warmup", "lab04_automatic_mixed_precision", "lab09_capstone_fit_a_model", FIXTURE}
 
 
 def stack_walk_notebooks(labs: Path, folder: Path) -> dict[str, list[str]]:

@@ -60,6 +60,16 @@ def test_every_solution_declares_points_and_kinds_for_the_guide():
             assert exercise.points > 0 and exercise.task, (path.name, exercise.id)
 
 
+def test_every_check_cell_is_tagged_check():
+    """Review s14 R20: nine check cells carried the course's `check` metadata but not Jupyter's `check` tag, which the
+    other check cells of every lab carry (tag-based tools and a learner's view treated them differently)."""
+    for folder in ("solutions", "labs"):
+        for path in sorted((ROOT / folder).glob("lab*.ipynb")):
+            for cell in read_notebook(path).cells:
+                if "check" in cell.metadata.get("course", {}):
+                    assert "check" in cell.metadata.get("tags", []), (path.name, cell.get("id"))
+
+
 def test_every_lab_answer_is_replaced_and_outputs_cleared():
     for solution_path in sorted((ROOT / "solutions").glob("*.ipynb")):
         lab = make_lab(nbformat.read(solution_path, as_version=4), solution_path.stem)

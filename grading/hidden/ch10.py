@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from utils.course.checks.ch10 import (
     GIB,
+    expect_fsdp2_traffic,
     expect_layout,
     expect_params_per_rank,
     expect_pipeline_stage,
-    expect_zero_traffic,
 )
 from utils.ledger.budget import REPORTED_GIB, usable_budget
 
@@ -42,11 +42,12 @@ def layout_cases(choose_layout) -> None:
                                   ("Llama-3-8B", 8, budget["T4 (16 GB)"], 16)])
 
 
-def zero_traffic_cases(zero_traffic) -> None:
-    """Other sizes, odd GPU counts, BF16 gradients, one micro-batch for every stage, stage 1 with accumulation."""
-    expect_zero_traffic(zero_traffic, [
-        (70_000_000_000, 2, 3, 512, 32), (13_000_000_000, 4, 2, 3, 1), (13_000_000_000, 4, 3, 3, 1),
-        (999_999_937, 2, 1, 7, 64), (125_000_000, 4, 0, 64, 8), (125_000_000, 4, 2, 1, 8)])
+def fsdp2_traffic_cases(fsdp2_traffic) -> None:
+    """Other sizes and GPU counts, both switches off, BF16 reductions, one micro-batch without sync, FP32 gathers."""
+    expect_fsdp2_traffic(fsdp2_traffic, [
+        (70_000_000_000, 2, 4, 512, 32, False, False), (13_000_000_000, 2, 2, 3, 1, True, False),
+        (999_999_937, 4, 4, 7, 64, False, True), (125_000_000, 2, 4, 64, 8, True, True),
+        (8_000_000_000, 2, 2, 16, 4, False, False)])
 
 
-HIDDEN = {"10.1": pipeline_cases, "10.2": params_cases, "10.3": layout_cases, "10.4": zero_traffic_cases}
+HIDDEN = {"10.1": pipeline_cases, "10.2": params_cases, "10.3": layout_cases, "10.4": fsdp2_traffic_cases}

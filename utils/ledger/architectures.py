@@ -211,7 +211,7 @@ def activation_bytes(arch: Architecture, batch: int, seq_len: int, precision: st
     fused kernel kept BF16 q, k and v at their own widths); measured for the course's GPT, a model of it here (no
     T4 run of these architectures is in this course).
     These are Hugging Face's unfused layers: Megatron-LM's or Transformer
-    Engine's fused layers keep less (Korthikanti et al.'s 34 sbh per layer against about 1.6 x that here).
+    Engine's fused layers keep less (Korthikanti et al.'s 34 sbh per GPT layer, before autocast's weight copies).
 
     Mixture-of-experts layers (Mixtral; transformers indexes each expert's tokens, so a fake-tensor trace cannot
     size them; fitted to saved-tensor counts of small real Mixtrals on a CPU and checked within 1.5% on others):

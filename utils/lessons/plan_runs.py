@@ -25,8 +25,9 @@ from utils.validate import check_choice, check_instance, check_int, check_number
 
 
 def _no_compile(fn: Any = None, **_: Any) -> Any:
-    """torch.compile's stand-in while a torchao optimizer steps on a CPU: the same step function, run eagerly
-    (compiling it takes about a minute on a small CPU and changes no byte of state)."""
+    """torch.compile's stand-in while a torchao optimizer steps, on every device: the same step function, run eagerly
+    (compiling it takes about a minute on a small CPU and changes no byte of state, but an eager step runs many small
+    kernels per tensor: its time is an upper bound on the compiled step torchao's users run)."""
     return fn if fn is not None else (lambda f: f)
 
 

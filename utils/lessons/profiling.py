@@ -81,13 +81,13 @@ def graph_held_bytes(roots: list[torch.Tensor] | None = None) -> int:
         raise TypeError("roots must be a list of tensors or None")
     saved: dict[int, int] = {}  # storage id -> bytes
     leaves: set[int] = set()
-    seen: set[int] = set()
+    seen: set = set()  # the nodes themselves, alive until the walk ends: a freed node's id() can be a new node's
     stack = [t.grad_fn for t in roots if t.grad_fn is not None]
     while stack:
         node = stack.pop()
-        if node is None or id(node) in seen:
+        if node is None or node in seen:
             continue
-        seen.add(id(node))
+        seen.add(node)
         if hasattr(node, "variable"):  # AccumulateGrad: the leaf (a parameter) this graph ends at
             leaves.add(node.variable.untyped_storage()._cdata)
         for name in dir(node):

@@ -124,6 +124,10 @@ def check_checkpoint_decoder(checkpoint_decoder: Callable) -> Verdict:
 
 # 5.2 -------------------------------------------------------------------------------------------------------------
 PREDICT_CASE = (64, 8, 16, 8)  # depth, hidden multiplier, tokens, width
+# A stack so narrow that what each block keeps per token beside its activations (LayerNorm's mean and 1/std) moves
+# the optimum: a count from c = 2 + 2 x mult alone answers 12 segments here, the measured optimum is 18 (review s14
+# R19: the exercise asks to measure, and a formula passed every case).
+NARROW_CASE = (30, 2, 4, 2)
 
 
 def segment_lengths(depth: int, k: int) -> list[int]:
@@ -224,7 +228,7 @@ def check_optimal_segments(prediction: dict, reasoning: str, optimal_segments: C
             raise CheckFailed(f"the best peak within 5% of {truth['peak_gib']:.2f} GiB", repr(guess["peak_gib"]),
                               "one input is 8,192 x 4,096 FP32 values; at the best k the peak is the worst "
                               "segment's: j checkpoints + that segment's saved bytes.")
-        expect_optimal_segments(optimal_segments, [PREDICT_CASE, (16, 4, 8, 8)])
+        expect_optimal_segments(optimal_segments, [PREDICT_CASE, (16, 4, 8, 8), NARROW_CASE])
 
     return run_check("5.2", body, points=2)
 

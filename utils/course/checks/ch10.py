@@ -182,36 +182,38 @@ def check_layout(choose_layout: Callable[..., Any]) -> Verdict:
 
 
 # 10.4 ------------------------------------------------------------------------------------------------------------
-def reference_zero_traffic(n_params: int, grad_bytes: int, stage: int, n_gpus: int, micro_batches: int) -> float:
-    """Reference for 10.4: bytes one GPU sends per optimizer step with ring collectives ((N - 1)/N of the data each
-    way), every collective at the gradients' width: DDP and ZeRO-1 keep full gradients through accumulation and
-    all-reduce once (2 (N - 1)/N G); ZeRO-2 reduce-scatters after every micro-batch and all-gathers the updated
-    weights once ((m + 1) (N - 1)/N G); ZeRO-3 also gathers the weights in forward and backward of every micro-batch
-    (3 m (N - 1)/N G). G = n_params x grad_bytes; one GPU moves nothing."""
-    if n_gpus == 1:
-        return 0.0
-    ring, g = (n_gpus - 1) / n_gpus, n_params * grad_bytes
-    if stage == 3:
-        return 3 * micro_batches * ring * g
-    if stage == 2:
-        return (micro_batches + 1) * ring * g
-    return 2 * ring * g
+def reference_fsdp2_traffic(n_params: int, param_bytes: int, reduce_bytes: int, n_gpus: int, micro_batches: int,
+                            reshard_after_forward: bool, sync_every_micro_batch: bool) -> float:
+    """Reference for 10.4: bytes one GPU sends per optimizer step under FSDP2 (every layer wrapped, the root holding no
+    parameter, parameters resharded after every backward: FSDP2's default), with ring collectives ((N - 1)/N of the
+    data each). Every micro-batch's forward all-gathers the weights at `param_bytes` (MixedPrecisionPolicy's
+    param_dtype); its backward gathers them again only where `reshard_after_forward` freed them; gradients are
+    reduce-scattered at `reduce_bytes` (reduce_dtype) after every micro-batch, or, with gradient sync off until the
+    last (`set_requires_gradient_sync(False)`), once. torch 2.13: torch/distributed/fsdp/_fully_shard/_fully_shard.py
+    (`reshard_after_forward`, `set_requires_gradient_sync`, `set_reshard_after_backward`) and _fsdp_api.py
+    (`MixedPrecisionPolicy`)."""
+    ring = (n_gpus - 1) / n_gpus
+    gathers = micro_batches * (2 if reshard_after_forward else 1)
+    reduces = micro_batches if sync_every_micro_batch else 1
+    return ring * n_params * (gathers * param_bytes + reduces * reduce_bytes)
 
 
-def expect_zero_traffic(fn: Callable[..., Any], cases: Sequence[tuple[int, int, int, int, int]]) -> None:
-    fn = guarded(fn, reference_zero_traffic, utils.ledger.plan.costs)
+def expect_fsdp2_traffic(fn: Callable[..., Any], cases: Sequence[tuple[int, int, int, int, int, bool, bool]]) -> None:
+    fn = guarded(fn, reference_fsdp2_traffic, utils.ledger.plan.costs)
     for case in cases:
-        expected = reference_zero_traffic(*case)
+        expected = reference_fsdp2_traffic(*case)
         got = _number(fn(*case), "a number of bytes")
         if abs(got - expected) > 1e-9 * expected + 1:
-            n, size, stage, gpus, micro = case
-            raise CheckFailed(f"{expected:,.0f} B per GPU per step ({n:,} parameters, {size} B gradients, "
-                              f"ZeRO-{stage}, {gpus} GPUs, {micro} micro-batches)", f"{got:,.0f} B",
-                              "which stages can wait for the last micro-batch, and what does a ring collective send?")
+            n, gather, reduce, gpus, micro, reshard, sync = case
+            raise CheckFailed(f"{expected:,.0f} B per GPU per step ({n:,} parameters gathered at {gather} B and "
+                              f"reduced at {reduce} B, {gpus} GPUs, {micro} micro-batches, reshard_after_forward="
+                              f"{reshard}, gradient sync on every micro-batch: {sync})", f"{got:,.0f} B",
+                              "which collectives does each switch remove, and at which width does each run?")
 
 
-def check_zero_traffic(zero_traffic: Callable[..., Any]) -> Verdict:
-    """Exercise 10.4: a colleague's count of ZeRO's communication per optimizer step, fixed."""
-    return run_check("10.4", lambda: expect_zero_traffic(zero_traffic, [
-        (7_000_000_000, 4, 0, 8, 16), (7_000_000_000, 4, 2, 8, 16), (7_000_000_000, 2, 3, 8, 4),
-        (1_000_000, 4, 1, 2, 1), (1_000_000, 4, 3, 1, 8)]), points=1)
+def check_fsdp2_traffic(fsdp2_traffic: Callable[..., Any]) -> Verdict:
+    """Exercise 10.4: a colleague's count of FSDP2's communication per optimizer step, fixed."""
+    return run_check("10.4", lambda: expect_fsdp2_traffic(fsdp2_traffic, [
+        (7_000_000_000, 2, 4, 8, 16, True, True), (7_000_000_000, 2, 4, 8, 16, False, True),
+        (7_000_000_000, 2, 4, 8, 16, True, False), (1_000_000, 4, 4, 2, 1, True, True),
+        (1_000_000, 2, 2, 1, 8, True, True)]), points=1)
