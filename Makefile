@@ -67,11 +67,11 @@ test: $(STAMP) lint
 	$(PY) -m utils.course.labs --check
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
-# What `make test` skips as "in make test-platforms" (tests/platform_tier.py), 32 tests, about 6 to 7 minutes of pytest
+# What `make test` skips as "in make test-platforms" (tests/platform_tier.py), 33 tests, about 6 to 7 minutes of pytest
 # on 2 cores: every chapter under the simulated T4 (quick size, figure assertions on) and Apple GPU, the six that read
 # the compute capability under the simulated H100 (tiny size), `make gpu-check` under a simulated T4, the Colab/Kaggle
-# bootstrap in a fresh venv, nbgrader against `make grade`. `make test` runs chapter 00 under the simulated T4 and
-# Apple GPU (repeated here); CI (.ci/run) runs this after `make test`. -v names each test as it passes.
+# bootstrap in a fresh venv, nbgrader against `make grade`. `make test` runs chapter 00 under the simulated T4
+# (repeated here); CI (.ci/run) runs this after `make test`. -v names each test as it passes.
 PLATFORM_TESTS := tests/test_simulated_gpu_t4.py tests/test_simulated_gpu_t4_quick.py tests/test_simulated_gpu_mps.py \
 	tests/test_simulated_gpu_h100.py tests/test_gpu_check.py::test_gpu_path_under_a_simulated_t4 \
 	tests/test_hosted.py::test_bootstrap_in_a_torch_only_venv_then_chapter_00 \

@@ -46,13 +46,17 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"{item.name} wrote to stderr (a learner sees this as an error):\n" + "\n".join(noise)
 
 
-# The test files that take minutes, longest first (measured: `make test` prints the 30 slowest tests). With
-# `--dist loadfile` each file runs on one worker, and a long file that starts late sets the suite's wall time, so
-# these start first, then the chapters (nbval), then the short unit tests, which fill the workers' last minutes.
+# The test files (and chapters) that take 20 s or more, longest first (measured with `pytest --durations=0`, summed
+# per file; the platform files for `make test-platforms`). With `--dist loadfile` each file runs on one worker, and a
+# long file that starts late sets the suite's wall time (the workers then finish apart), so these start first, longest
+# first, then the other chapters (nbval), then the short unit tests, which fill the workers' last minutes.
 LONG_FILES = ("test_grade.py", "test_simulated_gpu_t4.py", "test_hosted.py", "test_grading_escapes.py",
               "test_browser.py", "test_simulated_gpu_t4_quick.py", "test_nbgrader.py", "test_grading_tamper.py",
-              "test_simulated_gpu_mps.py", "test_simulated_gpu_h100.py", "test_lab_flow_browser.py", "test_book.py",
-              "test_real_steps.py")
+              "test_simulated_gpu_mps.py", "test_simulated_gpu_h100.py", "test_real_steps.py",
+              "test_lab_flow_browser.py", "test_book.py", "test_estimate.py", "test_distributed.py",
+              "05_gradient_checkpointing.ipynb", "test_sim_gpu_behaviour.py", "test_bad_input.py", "test_gpu_check.py",
+              "test_grading_tripwire.py", "test_architectures.py", "06_gradient_accumulation.ipynb",
+              "test_estimate_fast.py", "test_check_gaming.py", "test_grading_replay.py", "test_formats.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -1,7 +1,7 @@
 """The tests `make test-platforms` runs and `make test` skips: the course on platforms other than this machine's
 CPU, 6 to 7 minutes of pytest on 2 cores in all: every chapter under a simulated T4 and Apple GPU, the six that read
 the compute capability under a simulated H100 (tests/simulated_chapters.py; `make test` keeps chapter 00 under the
-T4 and the Apple GPU), `make gpu-check` under a simulated T4, the Colab/Kaggle bootstrap in a fresh torch-only venv,
+T4), `make gpu-check` under a simulated T4, the Colab/Kaggle bootstrap in a fresh torch-only venv,
 and nbgrader's autograder against `make grade`. CI (.ci/run) runs both commands."""
 
 import os

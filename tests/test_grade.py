@@ -90,14 +90,22 @@ def submission(answers: dict[str, str], *, extra_cell: str | None = None, after:
 
 
 PLANTED = {
-    "partly_correct_and_raising": (submission({**RIGHT, "0.1": "def packed_bytes(shape, bits):\n    return 1 / 0",
-                                               "0.2": WRONG_02}, extra_cell="raise RuntimeError('a cell that fails')"),
-                                   {**FULL, "0.1": 0, "0.2": 0}),
+    # 0.1 raises, 0.2 is wrong, a cell fails, and 0.4 goes over its memory cap: each part scores alone
+    "partly_correct_raising_over_cap": (
+        submission({**OVER_CAP, "0.1": "def packed_bytes(shape, bits):\n    return 1 / 0", "0.2": WRONG_02},
+                   extra_cell="raise RuntimeError('a cell that fails')"),
+        {**FULL, "0.1": 0, "0.2": 0, "0.4": 0}),
     # a loop that never ends (sleeping, so that it costs the test run wall time, not CPU)
     "infinite_loop": (submission(RIGHT, extra_cell="import time\nwhile True:\n    time.sleep(0.5)"),
                       {**NONE, "0.1": 1}),
-    "exit_in_answer": (submission({**RIGHT, "0.1": "import sys\ndef packed_bytes(shape, bits):\n    sys.exit(1)",
-                                   "0.2": RIGHT_02_ALONE}), {**FULL, "0.1": 0}),
+    # an answer that calls sys.exit (0.1), and (B2 of the review) a reasoning that says it did not reason (0.4): the
+    # value still earns its points, and the reasoning is listed, with its text, for the instructor (who gives its
+    # point by hand)
+    "exit_in_answer_reasoning_denied": (submission({**RIGHT, "0.1": "import sys\ndef packed_bytes(shape, bits):\n"
+                                                                    "    sys.exit(1)", "0.2": RIGHT_02_ALONE,
+                                                    "0.4": RIGHT["0.4"].replace(
+        "'the slice is a view, contiguous copies it and the cast halves it'", repr(DENIED_REASONING))}),
+                                        {**FULL, "0.1": 0}),
     "kernel_killed": (submission(RIGHT, extra_cell="import os\nos._exit(0)"), {**NONE, "0.1": 1}),
     "deleted_checks_sys_exit_huge_output": (
         submission(RIGHT, drop_checks=True, extra_cell="import sys\ntry:\n    sys.exit(3)\nfinally:\n"
@@ -106,14 +114,9 @@ PLANTED = {
     "edited_checks": (submission({}, edit_checks="print('Exercise 0.1: PASSED')"), NONE),
     "faked_passed": (submission({"0.1": "def packed_bytes(shape, bits):\n    return 0"}, extra_cell=FAKE), NONE),
     "tuned_to_public": (submission(TUNED), {"0.1": 0.5, "0.2": 1, "0.3": 1, "0.4": 0.5}),
-    "over_memory_cap": (submission(OVER_CAP), {**FULL, "0.4": 0}),
     # right answers, plus an import of what a check compares answers with: nothing autograded counts
     "imports_reference": (submission(RIGHT, extra_cell="from utils.course.checks.warmup import predict_target"),
                           NONE),
-    # B2 of the review: a reasoning that says it did not reason still lets the value earn its points, and it is
-    # listed, with its text, for the instructor (who gives the reasoning's point by hand)
-    "reasoning_denied": (submission({**RIGHT, "0.4": RIGHT["0.4"].replace(
-        "'the slice is a view, contiguous copies it and the cast halves it'", repr(DENIED_REASONING))}), FULL),
 }
 
 
@@ -200,9 +203,9 @@ def test_planted_submissions_get_the_scores_they_deserve(graded):
     assert graded["printed"].count("each in a process forked from one that imported torch and the checks") == 2
     assert "socket held data no request asked for" not in graded["printed"]
     assert "kernel died" in rows["kernel_killed_lab00_warmup.ipynb"]["notes"]
-    assert "sys.exit" in rows["exit_in_answer_lab00_warmup.ipynb"]["notes"]
+    assert "sys.exit" in rows["exit_in_answer_reasoning_denied_lab00_warmup.ipynb"]["notes"]
     assert "dropped" in rows["deleted_checks_sys_exit_huge_output_lab00_warmup.ipynb"]["notes"]
-    notes = rows["partly_correct_and_raising_lab00_warmup.ipynb"]["notes"]
+    notes = rows["partly_correct_raising_over_cap_lab00_warmup.ipynb"]["notes"]
     assert "ex 0.1: error: public cases: error: your code raised ZeroDivisionError" in notes, notes
     assert "ex 0.2: failed" in notes and "ex 0.3" not in notes, notes  # 0.2 wrong on its own
     assert "not a readable notebook" in graded["printed"] and "not_a_notebook_lab00_warmup.ipynb" in graded["printed"]
@@ -245,7 +248,7 @@ def test_the_learner_sees_no_held_out_case_and_the_instructor_does() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_an_answer_over_its_memory_cap_scores_zero_with_the_reason(graded):
-    row = graded["rows"]["lab00_warmup"]["over_memory_cap_lab00_warmup.ipynb"]
+    row = graded["rows"]["lab00_warmup"]["partly_correct_raising_over_cap_lab00_warmup.ipynb"]
     assert "ex 0.4: over memory cap: the answer ran out of its memory cap (256 MiB" in row["notes"], row["notes"]
     assert "allocate" in row["notes"]  # torch's failed allocation, named
     assert "kernel died" not in row["notes"] and "time limit" not in row["notes"]  # the rest of the lab went on
@@ -316,9 +319,10 @@ def test_every_reasoning_is_read_by_hand_not_counted(graded):
     """B2 of the review: a reasoning earns nothing by itself; each one is listed with its text for the instructor,
     marked where it names fewer than two of the exercise's quantities; the value keeps its autograded points."""
     rows = graded["rows"]["lab00_warmup"]
-    denied = rows["reasoning_denied_lab00_warmup.ipynb"]
+    denied = rows["exit_in_answer_reasoning_denied_lab00_warmup.ipynb"]
     column = "ex 0.4 reasoning (by hand, max 1)"
-    assert denied[column] == "by hand" and denied["total"] == denied["max"] == "5", denied["notes"]
+    assert denied[column] == "by hand" and float(denied["ex 0.4"]) == 1, denied["notes"]  # the value keeps its point
+    assert (denied["total"], denied["max"]) == ("4", "5"), denied["notes"]  # 0.1 called sys.exit
     assert DENIED_REASONING in denied["read by hand"] and READ_BY_HAND in denied["read by hand"], denied
     solved = rows["alice_00.ipynb"]
     assert "ex 0.4 reasoning (by hand, max 1): 'The slice is a view" in solved["read by hand"], solved

@@ -1,7 +1,7 @@
 """Issue 37: `make lab` never writes a committed file. The course's contents manager (utils/course/lab_contents.py), the
 one `make lab` configures, driven through jupyter_server's contents API as JupyterLab drives it: open, save,
 autosave, new file, delete, rename, checkpoints, and `make reset-chapter`. The browser session that runs and saves
-chapters 00 and 03 and then asks git is in tests/test_browser.py."""
+chapter 00 and then asks git is in tests/test_browser.py."""
 
 from __future__ import annotations
 

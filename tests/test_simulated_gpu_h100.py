@@ -1,7 +1,7 @@
 """The chapters that read the compute capability, with an H100 (9.0, ~79 GiB) simulated on the CPU: control flow
 and messages, never figures. The other chapters take the same path as under the simulated T4
 (see CAPABILITY_CHAPTERS in tests/simulated_chapters.py). All in `make test-platforms`, which CI runs: `make test`
-keeps chapter 00 under the simulated T4 and Apple GPU, and this path differs from the T4's only where the capability
+keeps chapter 00 under the simulated T4, and this path differs from the T4's only where the capability
 is read."""
 
 import pytest
