@@ -67,15 +67,17 @@ test: $(STAMP) lint
 	$(PY) -m utils.course.labs --check
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
-# What `make test` skips as "in make test-platforms" (tests/platform_tier.py), 33 tests, about 6 to 7 minutes of pytest
+# What `make test` skips as "in make test-platforms" (tests/platform_tier.py), 34 tests, about 7 to 8 minutes of pytest
 # on 2 cores: every chapter under the simulated T4 (quick size, figure assertions on) and Apple GPU, the six that read
 # the compute capability under the simulated H100 (tiny size), `make gpu-check` under a simulated T4, the Colab/Kaggle
-# bootstrap in a fresh venv, nbgrader against `make grade`. `make test` runs chapter 00 under the simulated T4
-# (repeated here); CI (.ci/run) runs this after `make test`. -v names each test as it passes.
+# bootstrap in a fresh venv, nbgrader against `make grade`, and a learner's JupyterLab session in Chromium. `make test`
+# runs chapter 00 under the simulated T4 (repeated here); CI (.ci/run) runs this after `make test`. -v names each
+# test as it passes.
 PLATFORM_TESTS := tests/test_simulated_gpu_t4.py tests/test_simulated_gpu_t4_quick.py tests/test_simulated_gpu_mps.py \
 	tests/test_simulated_gpu_h100.py tests/test_gpu_check.py::test_gpu_path_under_a_simulated_t4 \
 	tests/test_hosted.py::test_bootstrap_in_a_torch_only_venv_then_chapter_00 \
-	tests/test_nbgrader.py::test_nbgrader_scores_equal_make_grade
+	tests/test_nbgrader.py::test_nbgrader_scores_equal_make_grade \
+	tests/test_browser.py::test_a_learner_who_runs_and_saves_chapters_leaves_git_status_clean
 PLATFORM_PYTEST := -n $(JOBS) --dist loadfile --no-loadscope-reorder -v --durations=10
 test-platforms: $(STAMP)
 	COURSE_TEST_PLATFORMS=1 $(PY) -m pytest $(PLATFORM_PYTEST) $(PLATFORM_TESTS) $(PYTEST_ARGS)
