@@ -311,3 +311,11 @@ def test_review_s12_chapter_04_reads_its_step_times_only_when_they_can_be_read(
                  "info": SimpleNamespace(name="AMD EPYC")}
     exec(block, namespace)  # noqa: S102 (the chapter's own cell)
     assert namespace["time_reading"].startswith(reading)
+
+
+def test_no_chapter_has_a_paragraph_over_150_words() -> None:
+    """Every chapter, 08-10 included (chapter 10 had one of 287 words, review s14): a paragraph past 150 words is
+    split where its reading turns."""
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        _, longest = prose_budget(path)
+        assert len(longest.split()) <= 150, (path.name, longest[:80])
