@@ -1,6 +1,7 @@
 """The measured figures a chapter's folded answers quote are measured again here, at the sizes the answers name, and
 must appear in the answer text (review s14 R15: a reader cannot tell a measured figure from a typed one, and a
-typed one drifts as the code moves). Chapter 00, exercises 1-3: on the CPU, at the quick size."""
+typed one drifts as the code moves). Chapter 00, exercises 1-3: on the CPU, at the quick size (chapter 01's answer
+1(c) is held by tests/test_ch01_lesson.py)."""
 
 from __future__ import annotations
 
@@ -73,15 +74,3 @@ def test_chapter_00_answers_2_and_3_are_the_measured_saved_bytes():
     assert (gelu, relu) == (36 * 32 * 64, 20 * 32 * 64)
     assert f"{gelu:,} B with GELU, {relu:,} B with ReLU" in answer
 
-
-def test_chapter_01_answer_1c_is_the_widgets_function():
-    """Exercise 1 (c): the 7B stand-in at 4,096 tokens, BF16 mixed precision, checkpointed, batch 1, on an H100:
-    `will_it_fit`'s margin for each optimizer the answer names (GiB, one decimal)."""
-    from utils.ledger.plan import will_it_fit
-
-    answer = _answers("01")
-    margins = {opt: will_it_fit("7B", 1, 4096, optimizer=opt, checkpointing=True, gpu="H100").margin / 2**30
-               for opt in ("sgd", "sgd-momentum", "adamw")}
-    assert margins["sgd"] > 0 > margins["sgd-momentum"] > margins["adamw"]
-    assert f"Only plain SGD fits, by +{margins['sgd']:.1f} GiB" in answer
-    assert f"misses by {-margins['sgd-momentum']:.1f} GiB; AdamW misses by {-margins['adamw']:.1f} GiB" in answer

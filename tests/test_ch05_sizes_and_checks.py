@@ -174,6 +174,49 @@ def test_lab05_swiglu_formula_without_rmsnorm_statistics_fails(monkeypatch):
     assert verdict.status == "failed" and "1/rms" in verdict.message
 
 
+def test_lab05_swiglu_measured_on_a_retyped_block_fails(monkeypatch):
+    """Review s14b R14: exercise 5.5 asks for a formula; re-typing the block the exercise shows and measuring it on
+    the meta device (any size, no memory) passed. The meter and saved-tensor hooks are now refused in that call."""
+    from torch.utils.checkpoint import checkpoint
+
+    from utils.course.checks.ch05 import check_swiglu
+    from utils.lessons.measure import saved_activation_bytes
+
+    class Retyped(torch.nn.Module):  # the learner's own copy of the block the exercise prints
+        def __init__(self, d, f):
+            super().__init__()
+            self.norm = torch.nn.RMSNorm(d)
+            self.gate, self.up = torch.nn.Linear(d, f, bias=False), torch.nn.Linear(d, f, bias=False)
+            self.down = torch.nn.Linear(f, d, bias=False)
+
+        def _body(self, x, selective):
+            h = self.norm(x)
+            g, u = self.gate(h), self.up(h)
+            if selective:
+                p = checkpoint(lambda a, b: torch.nn.functional.silu(a) * b, g, u, use_reentrant=False)
+            else:
+                p = torch.nn.functional.silu(g) * u
+            return x + self.down(p)
+
+        def forward(self, x, mode):
+            if mode == "full":
+                return checkpoint(self._body, x, False, use_reentrant=False)
+            return self._body(x, mode == "activation")
+
+    def measured(tokens, d, f, mode):
+        with torch.device("meta"):
+            block, x = Retyped(d, f), torch.randn(tokens, d, requires_grad=True)
+        return saved_activation_bytes(lambda t: block(t, mode), x)
+
+    def choose(tokens, d, f, budget):
+        return next((m for m in ("none", "activation", "full") if measured(tokens, d, f, m) <= budget), None)
+
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    assert measured(64, 8, 24, "none") == ch05.swiglu_truth(64, 8, 24, "none")  # the meter agrees with the truth...
+    verdict = check_swiglu(measured, choose)
+    assert verdict.status == "failed" and "saved_activation_bytes" in verdict.message, verdict.message  # ...refused
+
+
 def _all_alive_optimum(depth, mult, tokens, width):  # the old count: all k checkpoints alive to the end
     from utils.lessons.measure import saved_activation_bytes
 

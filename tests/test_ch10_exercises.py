@@ -70,8 +70,15 @@ def test_exercise_one_answer_is_the_fewest_gpus_the_panel_fits():
 
 
 def test_exercise_three_interleaved_answer():
-    held = pipeline_layers_held(80, 8, schedule="interleaved", chunks=4)
-    assert f"= {held:g}" in _answer("with 8 stages and 4 interleaved chunks")
+    """Review s14b R17: the exercise was one call of `pipeline_layers_held`; it now asks for the fewest chunks that
+    bring the first stage within 10% of 1F1B, among the divisors of a stage's 10 layers."""
+    one_f_one_b = pipeline_layers_held(80, 8)
+    held = {v: pipeline_layers_held(80, 8, schedule="interleaved", chunks=v) for v in (1, 2, 5, 10)}
+    within = [v for v, h in held.items() if h <= 1.1 * one_f_one_b]
+    assert within == [10]
+    answer = " ".join(_answer("many chunks per stage").split())
+    assert answer.startswith("10 chunks of one layer") and f"= {held[10]:g} layers' worth" in answer
+    assert f"5 chunks hold {held[5]:g} ({held[5] / one_f_one_b - 1:.1%} above)" in answer
 
 
 @pytest.mark.parametrize("replicas, t, p, total, how", [

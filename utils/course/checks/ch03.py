@@ -77,11 +77,12 @@ def check_flushed(prediction: tuple[int, float], reasoning: str, fraction_flushe
         expect_reasoning(reasoning, "3.1")
         k, lost = reference_prediction(LLAMA8B_PARAMS, PREDICT_MEAN, PREDICT_SD)
         if guess[0] != k:
-            raise CheckFailed(f"the largest safe exponent k = {k}", repr(guess[0]),
+            raise CheckFailed("the largest safe exponent k (the check withholds it)", repr(guess[0]),
                               "overflow starts at 65520 = 2^16 (nearly); with 8 billion draws, 'less than one "
                               "expected overflow' puts the threshold about six standard deviations above the mean.")
         if not lost / PREDICT_FACTOR <= guess[1] <= lost * PREDICT_FACTOR:
-            raise CheckFailed(f"a lost fraction within a factor {PREDICT_FACTOR} of {lost:.3g}", repr(guess[1]),
+            raise CheckFailed(f"a lost fraction within a factor {PREDICT_FACTOR} of the true one (withheld)",
+                              repr(guess[1]),
                               "at scale 2^k a gradient becomes zero when log2|g| < -25 - k: a normal tail.")
         gen = torch.Generator().manual_seed(1)
         with_zeros = torch.cat([log_normal_grads(5000, -20, 3, 2), torch.zeros(500)])[torch.randperm(5500,

@@ -386,7 +386,10 @@ def cheapest_mode_truth(tokens: int, d: int, ffn: int, budget: int) -> str | Non
 def expect_swiglu(swiglu_saved_bytes: Callable, choose_mode: Callable, cases: Sequence[tuple[int, int, int, int]]
                   ) -> None:
     """cases: (tokens, d_model, ffn_hidden, budget in bytes for choose_mode)."""
-    targets = (swiglu_truth, cheapest_mode_truth, SwiGLUBlock)
+    # a formula, never a meter: measuring a re-typed block (on the meta device, at any size) would skip the exercise
+    # (review s14b R14), so the course's meter and autograd's saved-tensor hooks are refused as well
+    targets = (swiglu_truth, cheapest_mode_truth, SwiGLUBlock, saved_activation_bytes,
+               torch.autograd.graph.saved_tensors_hooks)
     swiglu_saved_bytes, choose_mode = guarded(swiglu_saved_bytes, *targets), guarded(choose_mode, *targets)
     for tokens, d, ffn, budget in cases:
         for mode in MODES:

@@ -141,7 +141,8 @@ def check_new_storage_bytes(prediction: int, reasoning: str, new_storage_bytes: 
             raise CheckFailed("prediction as a number of bytes", repr(guess))
         truth = predict_target(x).untyped_storage().nbytes()
         if abs(guess - truth) > 0.05 * truth:
-            raise CheckFailed(f"a prediction within 5% of the measured {truth:,} bytes", f"{guess:,}",
+            raise CheckFailed("a prediction within 5% of the measured bytes (the check withholds them: predict, then "
+                              "measure with your own function)", f"{guess:,}",
                               "the slice is a view; contiguous() copies it; the BF16 cast copies again at 2 bytes "
                               "per element, and only the last copy stays alive.")
         expect_reasoning(reasoning, "0.4")

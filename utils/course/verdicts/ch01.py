@@ -137,8 +137,8 @@ def c07(eager_slope: float, sdpa_slope: float) -> Judged:
         return verdict("holds", C07_CRITERION)
     if eager_slope >= 1.3:
         return verdict("depends", C07_CRITERION, "quadratic only where the T x T probabilities are saved (eager "
-                       "attention, or SDPA's math fallback), and only once T is several times the width; SDPA's fused "
-                       "kernels save no T x T matrix")
+                       "attention, or SDPA's math fallback), and only once T passes about 16 times the head width; "
+                       "SDPA's fused kernels save no T x T matrix")
     return verdict("fails", C07_CRITERION, f"slopes: eager {eager_slope:.2f}, SDPA {sdpa_slope:.2f}")
 
 
