@@ -67,7 +67,7 @@ test: $(STAMP) lint
 	$(PY) -m utils.course.labs --check
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
-# What `make test` skips as "in make test-platforms" (tests/platform_tier.py), 34 tests, about 7 to 8 minutes of pytest
+# What `make test` skips as "in make test-platforms" (tests/platform_tier.py), 32 tests, about 7 minutes of pytest
 # on 2 cores: every chapter under the simulated T4 (quick size, figure assertions on) and Apple GPU, the six that read
 # the compute capability under the simulated H100 (tiny size), `make gpu-check` under a simulated T4, the Colab/Kaggle
 # bootstrap in a fresh venv, nbgrader against `make grade`, and a learner's JupyterLab session in Chromium. `make test`

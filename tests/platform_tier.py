@@ -1,5 +1,5 @@
 """The tests `make test-platforms` runs and `make test` skips: the course on platforms other than this machine's
-CPU, 7 to 8 minutes of pytest on 2 cores in all: every chapter under a simulated T4 and Apple GPU, the six that read
+CPU, about 7 minutes of pytest on 2 cores in all: every chapter under a simulated T4 and Apple GPU, the six that read
 the compute capability under a simulated H100 (tests/simulated_chapters.py; `make test` keeps chapter 00 under the
 T4), `make gpu-check` under a simulated T4, the Colab/Kaggle bootstrap in a fresh torch-only venv,
 nbgrader's autograder against `make grade`, and a learner's JupyterLab session in Chromium (tests/test_browser.py).
