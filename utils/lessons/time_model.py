@@ -37,6 +37,7 @@ from functools import cache, lru_cache
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from utils.lessons.sizes import TIERS
 from utils.validate import check_bool, check_choice, check_int, check_number
 
 EFFICIENCY = 0.40  # the model before issue 33 predicted matmul FLOPs at this fraction of the datasheet peak
@@ -329,8 +330,6 @@ def datasheet_bound_seconds(works: list[Work], gpu: GpuRates, *, efficiency: flo
 
 def chapter_work(chapter: str, tier: int) -> list[Work]:
     """The full-size work of chapter `chapter` ("00".."10") on a GPU of memory tier `tier`."""
-    from utils.lessons.sizes import TIERS
-
     check_choice("chapter", chapter, CHAPTERS)
     check_choice("tier", tier, TIERS)
     return list(_chapter_work(chapter, tier))
