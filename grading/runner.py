@@ -929,6 +929,31 @@ def _answer_each(fn: Any, calls: list[dict], watch: tuple | None, rng: tuple | N
     return replies
 
 
+def _observe_each(fn: Any, scene: Any, calls: list[dict], watch: tuple | None, rng: tuple | None,
+                  memory_limit_mb: float | None) -> list[dict[str, Any]]:
+    """In the answer process: the replies to scene(fn, *case) for cases sent as data. The check's watch is entered
+    around each call of the learner's `fn` the scene makes, not around the scene's own work; what it finds comes
+    back as the reply's hits."""
+    import functools
+
+    import utils.course.checks.core as core
+
+    found: list[str] = []
+    learner = fn
+    if watch is not None:
+        def learner(*args: Any, **kwargs: Any) -> Any:
+            with core.own_work(*watch[0], **watch[1]):
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    found.extend(h for h in core.WATCHING[-1].hits if h not in found)
+
+    replies = _answer_each(functools.partial(scene, learner), calls, None, rng, memory_limit_mb)
+    for reply in replies:
+        reply["hits"] = list(found)
+    return replies
+
+
 class AnswerProcess:
     """A fork of the grading kernel made before the grader's cell opens the checks: it holds the learner's
     `functions` (by argument key) and nothing of the checks, and answers each call whose arguments are plain data."""
@@ -970,9 +995,34 @@ class AnswerProcess:
                 watch = _watch_parts(request["watch"])
             elif "rng" in request:
                 rng = _rng_state(request["rng"])
+            elif "scene" in request:
+                _send_line(replies, {"each": _observe_each(self.functions[request["key"]], _resolve(request["scene"]),
+                                                           request["each"], watch, rng, memory_limit_mb)})
             else:
                 _send_line(replies, {"each": _answer_each(self.functions[request["key"]], request["each"], watch,
                                                           rng, memory_limit_mb)})
+
+    def observe(self, key: str, fn: Any, scene: Any, case: tuple) -> dict[str, Any]:
+        """The reply to scene(fn, *case) (utils.course.checks.core.observe): run in the answer process where the
+        case is plain data, else in a fork of the kernel; in this process only where os.fork is missing. The reply
+        names its scene, which the grader's replay checks."""
+        import functools
+
+        from utils.course.checks import wire
+
+        name = f"{scene.__module__}:{scene.__qualname__}"
+        try:
+            sent = [{"args": [wire.encode(c) for c in case], "kwargs": {}}]
+        except wire.Unplain:
+            sent = None
+        if sent is not None and self.pid is not None and self.functions.get(key) is fn:
+            self._send({"key": key, "scene": name, "each": sent})
+            reply = _read_line(self.back)["each"][0]
+        elif self.fork:
+            reply = _forked_each(functools.partial(scene, fn), [(case, {})])[0]
+        else:
+            reply = _answer(functools.partial(scene, fn), case, {}, same_process=True)
+        return {**reply, "scene": name}
 
     def ask(self, key: str, fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
         """The reply to fn(*args, **kwargs): a batch of one (`ask_each`)."""
@@ -1103,7 +1153,7 @@ def _learner_functions(namespace: dict, call: str) -> dict[str, Any]:
             value = eval(source, namespace)  # noqa: S307 - the lab's own argument names, as the check cell has them
         except Exception:  # noqa: BLE001 - the check reports a name that is not defined
             continue
-        if callable(value) and not isinstance(value, type):
+        if callable(value):
             found[key] = value
     return found
 
@@ -1135,7 +1185,11 @@ class Recorder:
             replies = self.answers.ask_each(key, fn, [(tuple(args), {}) for args in calls])
             return [self._returned(key, reply) for reply in replies]
 
+        def observe(scene: Any, case: tuple) -> Any:
+            return self._returned(key, self.answers.observe(key, fn, scene, case))
+
         recorded.answer_each = answer_each
+        recorded.observe = observe
         return recorded
 
     def _returned(self, key: str, reply: dict[str, Any]) -> Any:
@@ -1185,12 +1239,9 @@ class Recorder:
         spec: dict[str, Any] = {}
 
         def one(key: str, value: Any) -> Any:
-            if callable(value) and not isinstance(value, type):
+            if callable(value):  # a function or a class of the learner's: its calls or scenes are answered elsewhere
                 spec[key] = {"function": True}
                 return self.wrap(key, value)
-            if isinstance(value, type):
-                spec[key] = {"unplain": f"a class ({value.__name__})"}
-                return value
             try:
                 spec[key] = {"value": wire.encode(value)}
             except wire.Unplain as exc:
@@ -1317,14 +1368,25 @@ def replay(exercise: str, points: float, call: str, hidden_path: str | None, arg
         if not isinstance(spec, dict):
             raise ReplayError(f"argument {key} was not sent")
         if spec.get("function"):
-            def answer(*_args: Any, **_kwargs: Any) -> Any:
+            def following(scene: str | None) -> dict:
                 part = state["part"]
                 used = state["used"].get((part, key), 0)
                 items = records.get((part, key), [])
                 if used >= len(items):
                     raise ReplayError("the kernel gave fewer answers than the checks asked for (it stopped early)")
                 state["used"][(part, key)] = used + 1
-                item = items[used]
+                if items[used].get("scene") != scene:
+                    raise ReplayError(f"the kernel's answer {used} of argument {key} is not the one the checks ask for "
+                                      f"here ({scene or 'a call'})")
+                return items[used]
+
+            def answer(*_args: Any, **_kwargs: Any) -> Any:
+                return returned(following(None))
+
+            def observe(scene: Any, _case: tuple) -> Any:
+                return returned(following(f"{scene.__module__}:{scene.__qualname__}"))
+
+            def returned(item: dict) -> Any:
                 if "raised" in item:
                     raise _raised(str(item["raised"]), str(item.get("message", "")))
                 if "unplain" in item:
@@ -1332,6 +1394,7 @@ def replay(exercise: str, points: float, call: str, hidden_path: str | None, arg
                                     "lists, dicts, tensors)")
                 return wire.decode(item["value"])
 
+            answer.observe = observe
             return answer
         if "unplain" in spec:
             return _Unplain(str(spec["unplain"]))

@@ -188,7 +188,6 @@ IN_KERNEL = {
     "3.4": "the check reads the scaler and the model the training loop updated",
     "4.3": "the check reads the parameters the training step updated",
     "5.1": "the check measures the activations the checkpointed model saves",
-    "5.4": "the check compares the gradients the checkpointed forward produces",
     "5.6": "the check compares the gradients the checkpointed ViT produces",
     "6.1": "the check counts the forwards the accumulation runs",
     "6.3": "the check reads the router parameters the step updated",

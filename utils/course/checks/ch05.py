@@ -10,26 +10,18 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from utils.course.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
+from utils.course.checks.core import (
+    CheckFailed,
+    Verdict,
+    answered,
+    expect_equal,
+    expect_reasoning,
+    guarded,
+    observe,
+    run_check,
+)
+from utils.course.scenes.ch05 import MLPBlock, fixed_checkpoint_scene, make_stack
 from utils.lessons.measure import saved_activation_bytes
-
-
-class MLPBlock(nn.Module):
-    """The chapter's residual block with a configurable hidden width: saves about (2 + 2*mult) inputs' worth."""
-
-    def __init__(self, d: int, mult: int = 4, dropout: float = 0.0, batchnorm: bool = False):
-        super().__init__()
-        self.norm = nn.BatchNorm1d(d) if batchnorm else nn.LayerNorm(d)
-        self.up, self.down = nn.Linear(d, mult * d), nn.Linear(mult * d, d)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x):
-        return x + self.down(self.drop(torch.nn.functional.gelu(self.up(self.norm(x)))))
-
-
-def make_stack(n: int, d: int, mult: int = 4, seed: int = 0, **kwargs) -> nn.Sequential:
-    torch.manual_seed(seed)
-    return nn.Sequential(*(MLPBlock(d, mult, **kwargs) for _ in range(n)))
 
 
 def _grads(model: nn.Module) -> list[torch.Tensor | None]:
@@ -304,35 +296,34 @@ def check_schedule(plan_schedule: Callable) -> Verdict:
 # 5.4 -------------------------------------------------------------------------------------------------------------
 def expect_fixed_checkpoint(checkpointed_forward: Callable, cases: Sequence[tuple[int, int, float, int]]) -> None:
     """cases: (tokens, width, dropout p, seed). A block with dropout and BatchNorm: gradients equal the plain run's,
-    running statistics updated once, only the input saved."""
+    running statistics updated once, only the input saved. The step runs in a scene (utils.course.scenes.ch05),
+    once with the learner's function and once with the plain block, and the two are compared."""
     for tokens, d, p, seed in cases:
-        torch.manual_seed(seed)
-        block = MLPBlock(d, 4, dropout=p, batchnorm=True).train()
-        reference = copy.deepcopy(block)
-        x = torch.randn(tokens, d)
-        torch.manual_seed(seed + 100)
-        reference(x).pow(2).sum().backward()
-        torch.manual_seed(seed + 100)
-        out = checkpointed_forward(block, x)
-        out.pow(2).sum().backward()
-        _expect_same_grads(block, reference, f"dropout {p}, {tokens} tokens",
-                           "the recomputation must draw the same dropout mask: checkpoint's preserve_rng_state.")
+        got = observe(fixed_checkpoint_scene, checkpointed_forward, tokens, d, p, seed)
+        want = fixed_checkpoint_scene(lambda block, x: block(x), tokens, d, p, seed)
+        if got["output"] != "ok":
+            raise CheckFailed(f"an output of shape {(tokens, d)}", got["output"], "return the block's output.")
+        for name, grad in want["grads"].items():
+            mine = got["grads"].get(name)
+            if mine is None or not torch.allclose(mine, grad, atol=1e-5, rtol=1e-4):
+                raise CheckFailed(f"the plain forward's gradient for {name} (dropout {p}, {tokens} tokens)",
+                                  "a different or missing gradient",
+                                  "the recomputation must draw the same dropout mask: checkpoint's preserve_rng_state.")
         for name in ("running_mean", "running_var"):
-            if not torch.allclose(getattr(block.norm, name), getattr(reference.norm, name), atol=1e-6):
+            if not torch.allclose(got[name], want[name], atol=1e-6):
                 raise CheckFailed(f"BatchNorm's {name} updated once, as without checkpointing",
                                   "updated twice (forward and recomputation)",
                                   "during the recomputation, stop BatchNorm from updating its statistics, and "
                                   "restore it afterwards.")
-        got_n, want_n = int(block.norm.num_batches_tracked), int(reference.norm.num_batches_tracked)
+        got_n, want_n = got["num_batches_tracked"], want["num_batches_tracked"]
         if got_n != want_n:
             raise CheckFailed(f"BatchNorm's num_batches_tracked = {want_n} after one step, as without checkpointing",
                               f"{got_n}", "the recomputation is a second forward in training mode: momentum 0 keeps "
                               "the running mean and variance but still counts the batch: put the count back "
                               "after the recomputation.")
-        saved = saved_activation_bytes(checkpointed_forward, block, x)
-        if saved > x.nbytes + 4 * d * 4:
-            raise CheckFailed(f"a checkpointed block that saves only its input ({x.nbytes:,} B)", f"{saved:,} B",
-                              "keep the checkpoint: fix it, do not remove it.")
+        if got["saved"] > got["input_bytes"] + 4 * d * 4:
+            raise CheckFailed(f"a checkpointed block that saves only its input ({got['input_bytes']:,} B)",
+                              f"{got['saved']:,} B", "keep the checkpoint: fix it, do not remove it.")
 
 
 def check_fixed_checkpoint(checkpointed_forward: Callable) -> Verdict:

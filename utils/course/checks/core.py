@@ -423,6 +423,13 @@ def guarded(fn: Any, *targets: Any, dtypes: tuple[torch.dtype, ...] = (), module
         with own_work(*targets, dtypes=dtypes, modules=modules):
             return fn(*args, **kwargs)
 
+    remote = fn.__dict__.get("observe") if type(fn) is types.FunctionType else None  # no learner's code runs
+    if remote is not None:  # the grader's recorder: its scene runs elsewhere, under this watch (observe)
+        def observe_remote(scene: Callable, case: tuple) -> Any:
+            with own_work(*targets, dtypes=dtypes, modules=modules):
+                return remote(scene, case)
+
+        call.observe = observe_remote
     return call
 
 
@@ -435,6 +442,18 @@ def answer_each(fn: Callable, calls: list[tuple]) -> list:
     if batch is not None:
         return batch(calls)
     return [fn(*args) for args in calls]
+
+
+def observe(scene: Callable, fn: Any, *case: Any) -> Any:
+    """`scene(fn, *case)`: what a learner's function (or class) does in one of a check's scenarios, as plain data
+    (gradients, statistics, counts, bytes), for the check to compare with the same scene run with its reference.
+    A scene lives in utils.course.scenes, which holds no reference, truth or expected value. In a grading kernel
+    `fn` is the grader's recorder, whose `observe` runs the scene in its answer process, where the learner's code
+    runs and no check is (grading/runner.py); elsewhere the scene runs here."""
+    remote = fn.__dict__.get("observe") if type(fn) is types.FunctionType else None  # no learner's code runs
+    if remote is not None:
+        return remote(scene, case)
+    return scene(fn, *case)
 
 
 def answered(value: Any, name: str) -> Any:
