@@ -6,17 +6,17 @@ path and calls `grade_exercise(globals(), ...)`, which
 
 1. opens the real check modules fresh from disk (`opened`), for this cell only;
 2. parses the lab's check call (one call such as `check_schedule(my_schedule)`) and evaluates its argument
-   expressions in the learner's namespace; for a recorded exercise, wraps each learner function in a `Recorder`
-   whose calls another process answers (`AnswerProcess`: the learner's code never runs where a check is), and
-   sends every answer as plain data (utils/course/checks/wire.py), and the learner's values the same way; for an
-   IN_KERNEL exercise, runs each learner function in a thread of its own (`on_clean_stack`);
+   expressions in the learner's namespace; wraps each learner function (or class) in a `Recorder` whose calls,
+   and whose scenes (a check's scenario run with the learner's code, utils.course.scenes), another process answers
+   (`AnswerProcess`: the learner's code never runs where a check is), and sends every answer as plain data
+   (utils/course/checks/wire.py), and the learner's values the same way;
 3. runs the public check with those arguments, then the held-out cases `HIDDEN[exercise]` from
    `grading/hidden/chNN.py` (also loaded by file path) with the same arguments;
 4. where the exercise has `memory_limit_mb`, runs both under an address-space limit (RLIMIT_AS) of that many
    MiB above what the kernel maps just before, restored afterwards; an answer that runs out scores 0;
 5. displays one verdict under the checks' MIME type, tagged with this grading run's nonce (a cell with two
-   verdicts scores 0). For a recorded exercise the grader also runs `replay` in its own process: the same checks
-   on the answers the kernel sent, and takes the lower of the two.
+   verdicts scores 0). The grader also runs `replay` in its own process: the same checks on the answers the
+   kernel sent, and takes the lower of the two.
 
 Scoring: with held-out cases, the public cases earn half the exercise's points and the held-out cases the other
 half (each all or nothing); without them the public cases earn all of it.
@@ -403,9 +403,9 @@ def opened(modules: list[str]):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# What the learner's code replaced. A verdict leaves the kernel through IPython's display machinery, and an IN_KERNEL
-# check computes with torch and numpy in that kernel: a cell that replaces one of their functions can rewrite the
-# grade (review 34c, A8/A13: `IPython.display.display` replaced by a function that turns every verdict into
+# What the learner's code replaced. A verdict leaves the kernel through IPython's display machinery, and a check
+# computes with torch and numpy in that kernel: a cell that replaces one of their functions can rewrite the kernel's
+# verdict (review 34c, A8/A13: `IPython.display.display` replaced by a function that turns every verdict into
 # "passed"; A14: the same hook rewrites a recorded exercise's answers). The seal takes a fingerprint of the callables
 # of these modules and of their classes before the learner's first cell runs; each grader cell compares it with the
 # kernel's state before and after its check, and the verdict carries what changed (`replaced`), which voids it in
@@ -413,7 +413,7 @@ def opened(modules: list[str]):
 # `nn.Module.__init__` with a function of torch's own files; ipykernel rebinds `builtins.input` to a method of its
 # kernel) is not counted: only a value of the learner's code is.
 # This is a tripwire, not a wall: the kernel runs the learner's code, so a cell written against this file can still
-# hide its traces. Judging IN_KERNEL exercises outside the kernel is the structural fix (docs/instructors.md).
+# hide its traces; the wall is the grader's replay, in its own process, on the answers the kernel sent.
 TAMPER_ERROR = "the learner's code replaced what the grader's verdict passes through:"
 
 
@@ -565,7 +565,7 @@ def replaced_since_seal() -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Where a recorded exercise's learner function runs: never in the process that holds the checks. The check runs in
+# Where the learner's function runs: never in the process that holds the checks. The check runs in
 # the grading kernel (it builds the inputs and holds the expected values); each call of the learner's function is
 # answered by another process that holds none of it, and the answer comes back as plain data:
 # - a call whose arguments are plain data without tensors (numbers, strings, lists, dicts) goes to the ANSWER
@@ -576,7 +576,9 @@ def replaced_since_seal() -> list[str]:
 # the arguments do not reach, so no expected value, reference or held-out case is left in a frame or module when the
 # learner's code runs (what the check still needs of a frame lives on in the kernel, which the learner's code never runs
 # in). The watch on the learner's calls (utils.course.checks.core.own_work) runs in the answering process too, and what
-# it finds comes back with the answer. Where os.fork is missing (Windows), the call runs in the kernel, as before.
+# it finds comes back with the answer. A scene (utils.course.checks.core.observe: the check's scenario run with the
+# learner's function, what happened returned as data) is answered the same way, the scene in place of the call.
+# Where os.fork is missing (Windows), the call runs in the kernel, as before.
 
 def _child_setup() -> None:
     """In a forked child: one torch thread (GNU OpenMP's pool does not survive a fork) and no output of its own."""
@@ -932,14 +934,17 @@ def _answer_each(fn: Any, calls: list[dict], watch: tuple | None, rng: tuple | N
 def _observe_each(fn: Any, scene: Any, calls: list[dict], watch: tuple | None, rng: tuple | None,
                   memory_limit_mb: float | None) -> list[dict[str, Any]]:
     """In the answer process: the replies to scene(fn, *case) for cases sent as data. The check's watch is entered
-    around each call of the learner's `fn` the scene makes, not around the scene's own work; what it finds comes
-    back as the reply's hits."""
+    around each call of the learner's function `fn` the scene makes, not around the scene's own work; where `fn` is
+    a class (whose methods the scene calls), around the whole scene. What it finds comes back as the reply's hits."""
     import functools
 
     import utils.course.checks.core as core
 
     found: list[str] = []
     learner = fn
+    if watch is not None and isinstance(fn, type):
+        replies = _answer_each(functools.partial(scene, fn), calls, watch, rng, memory_limit_mb)
+        return replies
     if watch is not None:
         def learner(*args: Any, **kwargs: Any) -> Any:
             with core.own_work(*watch[0], **watch[1]):
@@ -1100,49 +1105,6 @@ class AnswerProcess:
             self.pid = None
 
 
-def on_clean_stack(fn: Any) -> Any:
-    """`fn` (a learner's function of an exercise in IN_KERNEL) called in a thread of its own, which the kernel
-    waits for: the learner's code runs on a stack that holds no frame of the check (inspect.stack() and each
-    frame's f_back, f_locals and f_globals end at the thread's start), while what it does to the objects it is
-    handed stays in the kernel for the check to read. The watch on the learner's calls, torch's function modes and
-    the grad mode come along; anything else that is not callable comes back unchanged."""
-    if not callable(fn) or isinstance(fn, type):
-        return fn
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        import contextlib
-        import threading
-
-        import torch
-
-        modes = list(getattr(torch.overrides, "_get_current_function_mode_stack", list)())
-        grad = torch.is_grad_enabled()
-        box: dict[str, Any] = {}
-
-        def run() -> None:
-            with contextlib.ExitStack() as stack:
-                for mode in modes:
-                    stack.enter_context(mode)
-                stack.enter_context(torch.set_grad_enabled(grad))
-                try:
-                    box["value"] = fn(*args, **kwargs)
-                except BaseException as exc:  # noqa: BLE001 - handed to the check as the call's own
-                    box["raised"] = exc
-
-        worker = threading.Thread(target=run, name="course-answer", daemon=True)
-        worker.start()
-        worker.join()
-        if "raised" in box:
-            raise box.pop("raised")
-        return box.pop("value", None)
-
-    return call
-
-
-def _clean_stack_arguments(args: list, kwargs: dict) -> tuple[list, dict]:
-    return [on_clean_stack(a) for a in args], {k: on_clean_stack(v) for k, v in kwargs.items()}
-
-
 def _learner_functions(namespace: dict, call: str) -> dict[str, Any]:
     """{argument key: the learner's function} of a check call, read from the learner's namespace (by the keys the
     Recorder uses: "0", "1"... for positional arguments, the name for keyword ones)."""
@@ -1269,10 +1231,10 @@ def _quiet_learner_hooks() -> None:
 
 
 def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, hidden_path: str | None,
-                   memory_limit_mb: float | None, nonce: str, mime: str, modules: tuple = (), record: bool = False,
-                   clean_stack: bool = True, warm_optimizer: bool = True) -> None:
-    """Evaluate one exercise in the grading kernel with the real checks opened, and display its verdict (and, for a
-    recorded exercise, the learner's answers), tagged with the nonce, under the checks' MIME type."""
+                   memory_limit_mb: float | None, nonce: str, mime: str, modules: tuple = (),
+                   warm_optimizer: bool = True) -> None:
+    """Evaluate one exercise in the grading kernel with the real checks opened, and display its verdict and the
+    learner's answers, tagged with the nonce, under the checks' MIME type."""
     from IPython.display import display
 
     global WARM_OPTIMIZER
@@ -1283,8 +1245,8 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
 
     _quiet_learner_hooks()
     replaced = replaced_since_seal()
-    recorder = (Recorder(exercise, nonce, mime, send, AnswerProcess(_learner_functions(namespace, call),
-                                                                     memory_limit_mb)) if record else None)
+    answers = AnswerProcess(_learner_functions(namespace, call), memory_limit_mb)
+    recorder = Recorder(exercise, nonce, mime, send, answers)
     try:
         with opened(list(modules)) as fresh:
             foreign_threads = fresh["utils.course.checks.core"].foreign_threads
@@ -1292,12 +1254,9 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
             name = parse_call(call)[0]
             check = next((getattr(m, name) for m in fresh.values() if hasattr(m, name)), None)
             scope = {**namespace, name: check} if check is not None else namespace
-            verdict = evaluate(scope, exercise, points, call, hidden_path, memory_limit_mb,
-                               on_part=recorder.on_part if recorder else None,
-                               prepare=recorder.prepare if recorder else
-                               _clean_stack_arguments if clean_stack else None)
-            if recorder is not None:
-                recorder.flush()
+            verdict = evaluate(scope, exercise, points, call, hidden_path, memory_limit_mb, on_part=recorder.on_part,
+                               prepare=recorder.prepare)
+            recorder.flush()
             running = running or foreign_threads()
             if running:
                 verdict = {**verdict, "status": "failed", "points": 0.0, "void": True,
@@ -1307,8 +1266,7 @@ def grade_exercise(namespace: dict, *, exercise: str, points: float, call: str, 
         verdict = {"exercise": exercise, "status": "error", "points": 0.0, "max_points": points,
                    "message": f"the check raised {type(exc).__name__}: {exc}"[:300]}
     finally:
-        if recorder is not None:
-            recorder.answers.close()
+        recorder.answers.close()
     replaced += [name for name in replaced_since_seal() if name not in replaced]
     if replaced:  # no verdict at all: one shown here would pass through what the learner's code replaced, which
         # can rewrite it (a transform hook on the display publisher rewrote `replaced` itself to []); a cell with no

@@ -588,8 +588,9 @@ def test_own_work_sees_a_copy_of_the_reference_with_its_strings_changed() -> Non
 
 
 def test_own_work_sees_an_answer_reading_the_checks_frames() -> None:
-    """Review 34c, A6: an IN_KERNEL answer read the check's `budget` from the calling frames. Reading frames from the
-    learner's code inside a watched call now fails it; Python's own modules reading theirs (logging) do not."""
+    """Review 34c, A6: a 7.4 answer (judged in the kernel then) read the check's `budget` from the calling frames.
+    Reading frames from the learner's code inside a watched call now fails it; Python's own modules reading theirs
+    (logging) do not."""
     import inspect
     import logging
     import sys

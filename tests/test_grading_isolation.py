@@ -1,7 +1,7 @@
 """Review of issue 34, B1: while the grader runs a check, the learner's function runs where no frame or module
 holds the check's expected value or reference. A recorded exercise's call is answered by a fork of the kernel made
 before the checks open (plain-data arguments) or by a fork that clears its stack and the check modules first (other
-arguments); an in-kernel exercise's call runs in a thread of its own, whose stack holds no frame of the check.
+arguments); a scene (a check's scenario run with the learner's code, utils.course.scenes) is answered the same way.
 Fast: grading/runner.py's pieces, in this process (the full grading run: tests/test_grade.py)."""
 
 from __future__ import annotations
@@ -78,22 +78,70 @@ def test_a_forked_call_keeps_what_its_arguments_need_and_reports_the_watch():
         watched(forward)
 
 
-def test_an_in_kernel_call_runs_on_a_stack_without_the_check():
+def _peek_scene(fn, case):
+    """A check's scene (utils.course.checks.core.observe): the learner's answer called on the case, and the process
+    it ran in."""
+    return {"peek": fn(case), "pid": os.getpid()}
+
+
+def reference(x):
+    return 2 * x
+
+
+class Scaler:
+    """A learner's class whose method calls the check's reference."""
+
+    def scaled(self, x):
+        return reference(x)
+
+
+def _class_scene(cls, x):
+    return cls().scaled(x)
+
+
+def test_a_scene_runs_where_no_expected_value_is_and_replays_by_name():
+    """A check that judges what the learner's code does observes a scene: it runs in the answer process (a plain
+    case) or in a fork that clears the stack (a case that is not plain data: a model), never here, and the
+    grader's replay hands the check the recorded outcome of the same scene, refusing another's."""
     runner = _runner()
+    from utils.course.checks.core import CheckFailed, observe, own_work
 
-    def check():
-        want = 1234  # noqa: F841 - what the cheat looks for
-        return runner.on_clean_stack(peek)(1), peek()
+    sent = []
+    answers = runner.AnswerProcess({"0": peek, "1": Scaler}, None)
+    recorder = runner.Recorder("9.9", "n", "m", sent.append, answers)
+    learner, scaler = recorder.wrap("0", peek), recorder.wrap("1", Scaler)
+    try:
+        def check():
+            want = 1234  # noqa: F841 - what the cheat looks for
+            return observe(_peek_scene, learner, 1), observe(_peek_scene, learner, torch.nn.Linear(1, 1))
 
-    assert check() == ("no want on the stack", 1234)
+        plain, other = check()
+        assert observe(_class_scene, scaler, 1.5) == 3.0  # a class: the scene drives its instances there
+        with pytest.raises(CheckFailed, match="a call to reference"), own_work(reference):
+            observe(_class_scene, scaler, 1.5)  # the watch covers the whole scene of a class
+    finally:
+        answers.close()
+    assert plain["peek"] == "no want on the stack" and plain["pid"] != os.getpid()
+    assert other["peek"] is None and other["pid"] != os.getpid()  # the frame is there, its `want` is not
+    recorder.flush()
+    items = [i for m in sent if m["arg"] == "0" for i in m["items"]]
+    assert [i["scene"] for i in items] == [f"{__name__}:_peek_scene"] * 2
+    one = [items[0]]
+    verdict = runner.replay("9.9", 1.0, "check_peek_scene(answer)", None, {"0": {"function": True}},
+                            {("public", "0"): one}, (__name__,))
+    assert verdict["status"] == "passed", verdict
+    forged = [{**items[0], "scene": f"{__name__}:_class_scene"}]
+    verdict = runner.replay("9.9", 1.0, "check_peek_scene(answer)", None, {"0": {"function": True}},
+                            {("public", "0"): forged}, (__name__,))
+    assert verdict["status"] != "passed" and "not the one the checks ask for" in verdict["message"], verdict
 
-    def raises(_):
-        raise ValueError("the step's own error")
 
-    with pytest.raises(ValueError, match="the step's own error"):
-        runner.on_clean_stack(raises)(1)
-    with torch.no_grad():
-        assert runner.on_clean_stack(lambda: torch.is_grad_enabled())() is False
+def check_peek_scene(answer):
+    """The replay test's check: the recorded scene must say that no `want` was in reach."""
+    from utils.course.checks.core import expect_equal, observe, run_check
+
+    return run_check("9.9", lambda: expect_equal(observe(_peek_scene, answer, 1)["peek"], "no want on the stack",
+                                                 "what the answer found"), points=1)
 
 
 def test_a_message_that_names_out_of_memory_is_not_a_memory_cap():

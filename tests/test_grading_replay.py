@@ -1,8 +1,9 @@
 """Issue 34: the grading kernel only produces answers; the grader compares them in its own process.
 
-- every exercise outside utils.course.grade.IN_KERNEL passes when its solution's answers are recorded (as the grading
-  kernel does) and the checks are replayed on them (as the grader's process does), and every exercise in IN_KERNEL
-  is one whose replay cannot pass (the check judges what the code does, not what it returns): the list is exact;
+- every exercise passes when its solution's answers are recorded (as the grading kernel does) and the checks are
+  replayed on them (as the grader's process does); those whose checks judge what the code does to the objects it is
+  handed (SCENES) send the outcome of a scene (utils.course.scenes) run in the answer process;
+- a scene module holds no reference and imports no check module;
 - the answers travel as plain data (utils/course/checks/wire.py), never as the learner's objects;
 - the sealed check module a grading kernel imports holds no reference, and the helpers a lab hands out still work;
 - a verdict renders in the notebook's font, wrapped between words.
@@ -21,7 +22,7 @@ import pytest
 import torch
 
 from utils.course.checks import wire
-from utils.course.grade import IN_KERNEL, answers_sent, combine, lab_check_imports
+from utils.course.grade import answers_sent, combine, lab_check_imports
 from utils.course.labs import LABS_DIR, hidden_path, lab_exercises, read_notebook
 from utils.course.labs import course_metadata as _course
 
@@ -37,36 +38,43 @@ def _runner():
     return module
 
 
-def _record_and_replay(runner, ns: dict, exercise, hidden: str | None, modules: tuple) -> tuple[dict, dict]:
-    """The kernel's run with recorders (its verdict) and the grader's replay on what it sent (its verdict)."""
+def _record_and_replay(runner, ns: dict, exercise, hidden: str | None, modules: tuple) -> tuple[dict, dict, dict]:
+    """The kernel's run with recorders (its verdict), the grader's replay on what it sent (its verdict), and the
+    records. As in grading: an answer process forked before the check runs answers the learner's calls and scenes."""
     sent: list[dict] = []
-    # an IN_KERNEL exercise's answers are recorded in this process (what its code does to its arguments stays here,
-    # as in the grading kernel, which calls it in a thread of the kernel); the others' in forks, as in grading
-    answers = runner.AnswerProcess({}, None, fork=exercise.id not in IN_KERNEL)
+    answers = runner.AnswerProcess(runner._learner_functions(ns, exercise.check), None)
     recorder = runner.Recorder(exercise.id, "n", "m", sent.append, answers)
-    kernel = runner.evaluate(dict(ns), exercise.id, exercise.points, exercise.check, hidden, None,
-                             on_part=recorder.on_part, prepare=recorder.prepare)
-    recorder.flush()
+    try:
+        kernel = runner.evaluate(dict(ns), exercise.id, exercise.points, exercise.check, hidden, None,
+                                 on_part=recorder.on_part, prepare=recorder.prepare)
+        recorder.flush()
+    finally:
+        answers.close()
     # as the grader reads them: from the executed notebook, JSON objects as nbformat's NotebookNode
     outputs = [nbformat.from_dict({"data": {"application/vnd.gpu-memory-course.check+json": json.loads(json.dumps(m))}})
                for m in sent]
     spec, records = answers_sent(outputs, exercise.id, "n")
-    return kernel, runner.replay(exercise.id, exercise.points, exercise.check, hidden, spec or {}, records, modules)
+    return kernel, runner.replay(exercise.id, exercise.points, exercise.check, hidden, spec or {}, records,
+                                 modules), records
 
 
-# Every recorded exercise's solution earning full marks through the replay is proven end to end by
+# The exercises whose checks judge what the learner's code does to the objects it is handed (a model's gradients, a
+# scaler's state, the trials of a search, a run's peak): each observes a scene (utils.course.checks.core.observe).
+SCENES = ("3.2", "3.4", "4.3", "5.1", "5.4", "5.6", "6.1", "6.3", "6.5", "7.4", "9.3", "9.5")
+# Every exercise's solution earning full marks through the replay is proven end to end by
 # tests/test_grade.py::test_every_solution_earns_full_marks_and_every_lab_none; REPLAY_ALL=1 runs it here, in-process.
 ALL = __import__("os").environ.get("REPLAY_ALL") == "1"
 LABS = sorted(p.name for p in LABS_DIR.glob("lab*.ipynb")
-              if ALL or any(e.startswith(f"{int(p.name[3:5])}.") for e in IN_KERNEL))
+              if ALL or any(e.startswith(f"{int(p.name[3:5])}.") for e in SCENES))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("lab", LABS, ids=lambda n: n[3:5])
-def test_replay_agrees_with_the_kernel_exactly_outside_in_kernel(lab: str, monkeypatch) -> None:
-    """Each IN_KERNEL exercise's solution passes in the kernel and cannot pass on recorded answers (so it must be
-    judged in the kernel); with REPLAY_ALL=1, every other exercise's solution also passes the replay."""
+def test_a_scene_exercise_is_judged_in_the_graders_process(lab: str, monkeypatch) -> None:
+    """Each SCENES exercise's solution passes in the kernel and in the grader's replay on the outcomes its scenes
+    sent (so no verdict of the kernel's decides it), and it did send scenes; with REPLAY_ALL=1, every other
+    exercise's solution also passes the replay."""
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     runner = _runner()
     nb = read_notebook(LABS_DIR / lab)
@@ -74,16 +82,34 @@ def test_replay_agrees_with_the_kernel_exactly_outside_in_kernel(lab: str, monke
     hidden = hidden_path(name)
     ns = solution_namespace(lab)
     for exercise in lab_exercises(nb, name):
-        if exercise.by_hand or not (ALL or exercise.id in IN_KERNEL):
+        if exercise.by_hand or not (ALL or exercise.id in SCENES):
             continue
-        kernel, replayed = _record_and_replay(runner, ns, exercise, str(hidden) if hidden.exists() else None,
-                                              tuple(lab_check_imports(nb)))
+        kernel, replayed, records = _record_and_replay(runner, ns, exercise, str(hidden) if hidden.exists() else None,
+                                                       tuple(lab_check_imports(nb)))
         assert kernel["status"] == "passed", (exercise.id, kernel["message"])
-        if exercise.id in IN_KERNEL:
-            assert replayed["status"] != "passed", f"{exercise.id} replays: it need not be judged in the kernel"
-        else:
-            assert replayed["status"] == "passed", (exercise.id, replayed["message"])
-            assert combine(kernel, replayed, exercise.points)["points"] == exercise.points
+        assert replayed["status"] == "passed", (exercise.id, replayed["message"])
+        assert combine(kernel, replayed, exercise.points)["points"] == exercise.points
+        scenes = {item["scene"] for items in records.values() for item in items if "scene" in item}
+        assert bool(scenes) == (exercise.id in SCENES), (exercise.id, scenes)
+
+
+def test_a_scene_module_holds_no_reference_and_imports_no_check() -> None:
+    """What runs beside the learner's code while grading (utils/course/scenes/) names no reference, truth or
+    expected value, and imports nothing from the check modules (which would bring them into that process)."""
+    import ast
+
+    folder = ROOT / "utils" / "course" / "scenes"
+    modules = sorted(folder.glob("ch*.py"))
+    assert modules
+    for path in modules:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + [
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [m for m in imported if m and m.startswith(("utils.course.checks", "grading"))], (path, imported)
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+            n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        suspect = [n for n in names if "truth" in n.lower() or n.lower().startswith(("reference", "expect", "check_"))]
+        assert not suspect, (path, suspect)
 
 
 def test_combine_takes_the_lower_of_kernel_and_grader() -> None:

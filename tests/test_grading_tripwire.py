@@ -110,11 +110,11 @@ def test_the_graders_process_voids_a_verdict_that_names_a_replacement(verdict, v
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_replaced_display_voids_every_verdict(tmp_path):
-    """The review's hook in front of the untouched lab 03: before, 3.2 and 3.4 (in-kernel) earned 2/2 each for the
-    handed-out buggy code; now every exercise scores 0 and the instructor is told to read the notebook. The same
-    for a transform hook registered on the kernel's display publisher, which rewrites the verdict's record of what
-    was replaced too (an instance's list: no module or class attribute changes), and for a send_multipart set on
-    the kernel's IOPub thread that rewrites and re-signs the wire message (review s5)."""
+    """The review's hook in front of the untouched lab 03: before, 3.2 and 3.4 (judged in the kernel then) earned 2/2
+    each for the handed-out buggy code; now every exercise scores 0 and the instructor is told to read the notebook.
+    The same for a transform hook registered on the kernel's display publisher, which rewrites the verdict's record
+    of what was replaced too (an instance's list: no module or class attribute changes), and for a send_multipart
+    set on the kernel's IOPub thread that rewrites and re-signs the wire message (review s5)."""
     for name, cheat in (("display", DISPLAY_HOOK), ("register", REGISTER_HOOK), ("iopub", IOPUB_HOOK)):
         nb = nbformat.read(LABS_DIR / "lab03_loss_scaling.ipynb", as_version=4)
         hook = nbformat.v4.new_code_cell(cheat)

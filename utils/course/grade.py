@@ -6,17 +6,18 @@ lab's check modules (grading/runner.py): while the learner's cells run, `from ut
 gives stand-ins with no reference, truth function or expected value in their globals. After each exercise, its
 cell opens the real checks fresh from disk, runs the lab's check call with the learner's arguments (the PUBLIC
 cases), then the held-out cases `HIDDEN[exercise]` of grading/hidden/chNN.py (loaded by file path: never
-importable from a lab), under the exercise's memory cap where it has one (`memory_limit_mb`). For every exercise
-but those in IN_KERNEL, the kernel only PRODUCES ANSWERS there, and the learner's code never runs in the process
-that holds the check: each call of the learner's functions is answered by another process (a fork of the kernel
-made before the checks open, or one that clears its stack and the check modules first: grading/runner.py),
-recorded as plain data and sent to this process, which runs the same checks on them (`score`, `combine`): a part
-earns its points only where that comparison passed and the kernel found nothing against it (a call to a reference,
-a memory cap, a thread of the learner's). An IN_KERNEL exercise's learner call runs in a thread of its own, on a
-stack that holds no frame of the check (but SAME_THREAD's). The grader reads only what its own cells display
-under the checks' MIME type, tagged with a nonce of this run. So printing "PASSED", editing or deleting a check
-cell, replacing a check function or reading a check's globals earns nothing. A submission that raises, loops,
-exits, kills its kernel or prints megabytes gets 0 for what did not pass, with the reason, and the run goes on.
+importable from a lab), under the exercise's memory cap where it has one (`memory_limit_mb`). The kernel only
+PRODUCES ANSWERS there, and the learner's code never runs in the process that holds the check: each call of the
+learner's functions, and each scene (a check's scenario run with the learner's code, whose outcome the check
+compares: the gradients a checkpointed block leaves, the state a loss scaler reaches; utils.course.scenes), is
+answered by another process (a fork of the kernel made before the checks open, or one that clears its stack and the
+check modules first: grading/runner.py), recorded as plain data and sent to this process, which runs the same checks
+on them (`score`, `combine`): a part earns its points only where that comparison passed and the kernel found nothing
+against it (a call to a reference, a memory cap, a thread of the learner's). The grader reads only what its own
+cells display under the checks' MIME type, tagged with a nonce of this run. So printing "PASSED", editing or
+deleting a check cell, replacing a check function or reading a check's globals earns nothing. A submission that
+raises, loops, exits, kills its kernel or prints megabytes gets 0 for what did not pass, with the reason, and the
+run goes on.
 
 Points come from the lab's metadata: with held-out cases, the public cases earn half of an exercise's points and
 the held-out cases the other half; an answer over its memory cap scores 0. A prediction's reasoning is read, not
@@ -178,26 +179,6 @@ def _lab_from_cells(submission: NotebookNode, labs_dir: Path) -> Path | None:
     return ranked[0][1]
 
 
-# The exercises whose checks judge what the learner's code DOES to the objects it is handed (a model's gradients, a
-# scaler's state, the trials of a search, a leak), not only what it returns: the grader cannot replay them on
-# recorded answers, so their verdict comes from the grading kernel (with fresh checks, the watch on the learner's
-# calls and the sealed modules). Every other exercise is recorded in the kernel and compared in the grader's
-# process; tests/test_grading_replay.py proves both lists against the solutions.
-IN_KERNEL = {
-    "3.2": "the answer is a class (a loss scaler) whose state the check drives",
-    "3.4": "the check reads the scaler and the model the training loop updated",
-    "4.3": "the check reads the parameters the training step updated",
-    "5.1": "the check measures the activations the checkpointed model saves",
-    "5.6": "the check compares the gradients the checkpointed ViT produces",
-    "6.1": "the check counts the forwards the accumulation runs",
-    "6.3": "the check reads the router parameters the step updated",
-    "6.5": "the check reads the gradients the weighted accumulation leaves",
-    "7.4": "the check counts the trials the search runs",
-    "9.3": "the check measures the peak of the fine-tuning run",
-    "9.5": "the check backpropagates through the returned loss",
-}
-
-
 def reasoning_key(exercise: Exercise) -> str | None:
     """The argument key ("0", "1"... or a keyword) under which an exercise's check call hands over the learner's
     `reasoning`, or None where the exercise asks for none."""
@@ -225,12 +206,6 @@ def reasoning_note(exercise: str, text: object) -> str:
     mark = (f"it {READ_BY_HAND} (it names {', '.join(named) or 'none of them'})" if len(named) < 2
             else f"it names {', '.join(named)}")
     return f"{text[:2000]!r}: {mark}"
-
-
-# The IN_KERNEL exercises whose check must see the learner's call in its own thread (it measures that thread's
-# work): their call runs on the check's stack. Every other IN_KERNEL call runs in a thread of its own, on a stack
-# with no frame of the check (grading/runner.py: on_clean_stack).
-SAME_THREAD = {"9.3": "the check measures the peak of the run in the calling thread"}
 
 
 def lab_check_imports(lab: NotebookNode) -> dict[str, list[str]]:
@@ -261,8 +236,7 @@ def _grader_cell_source(modules: list[str], exercise: Exercise, hidden: Path | N
         f"_grader_runner.grade_exercise(globals(), exercise={exercise.id!r}, points={autograded_points(exercise)!r}, "
         f"call={exercise.check!r}, hidden_path={str(hidden) if hidden and hidden.exists() else None!r}, "
         f"memory_limit_mb={exercise.memory_limit_mb!r}, nonce={nonce!r}, mime={CHECK_MIME!r}, "
-        f"modules={tuple(modules)!r}, record={exercise.id not in IN_KERNEL!r}, "
-        f"clean_stack={exercise.id not in SAME_THREAD!r}, warm_optimizer={warm_optimizer!r})",
+        f"modules={tuple(modules)!r}, warm_optimizer={warm_optimizer!r})",
         "del _grader_runner, _grader_spec, _grader_iu",
     ])
 
@@ -494,7 +468,7 @@ def score(nb: NotebookNode, owned: dict[str, str], exercises: list[Exercise], no
             # the replay can only lower what the kernel found (see `combine`): where the kernel gave nothing there is
             # nothing to compare, and this process need not import torch for it
             earned_in_kernel = v.get("points", 0.0)
-            if exercise not in IN_KERNEL and by_id[exercise].check and isinstance(earned_in_kernel, int | float) \
+            if by_id[exercise].check and isinstance(earned_in_kernel, int | float) \
                     and earned_in_kernel > 0:
                 spec, records = answers_sent(outputs, exercise, nonce)
                 try:
