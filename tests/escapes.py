@@ -12,7 +12,7 @@ FUNCTIONS = {
     "1.2": ("count_saved_bytes", "saved_by_dtype_truth", "thread"),
     "1.3": ("measure_block", "block_truth", "off"),
     "1.4": ("block_saved_bytes", "block_formula_truth", "off"),
-    "2.2": ("round_to_format", "reference_round", "thread"),
+    "2.2": ("round_to_format", "reference_round_tensor", "thread"),
     "2.4": ("fp8_zero_fraction", "reference_zero_fraction", "off"),
     "2.6": ("decode_mx_element", "reference_mx_element", "copy"),
     "3.1": ("fraction_flushed", "reference_flushed", "thread"),

@@ -148,23 +148,33 @@ def test_lab02_round_solution_passes_and_the_bf16_trick_fails(monkeypatch):
     assert passes_public(ch02.check_round_to_format(right))
     hidden("ch02")["2.2"](right)
 
-    def bf16_trick(x, exp_bits, man_bits):  # the chapter's cell with other constants: no subnormal range, no clamp
-        import struct
-
+    def bf16_trick(x, exp_bits, man_bits):  # the chapter's TF32 cell with other constants: no subnormals, no clamp
         drop = 23 - man_bits
-        bits = struct.unpack("<I", struct.pack("<f", x))[0]
+        bits = x.view(torch.int32).to(torch.int64)
         bits = (bits + (1 << (drop - 1)) - 1 + ((bits >> drop) & 1)) >> drop << drop
-        return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+        return bits.to(torch.int32).view(torch.float32)
 
     def no_saturation(x, exp_bits, man_bits):  # right, except that it overflows to infinity
         v = right(x, exp_bits, man_bits)
-        return math.copysign(math.inf, v) if abs(v) == (2 - 2.0**-man_bits) * 2.0 ** (2**exp_bits - 2 -
-                                                                                        2 ** (exp_bits - 1) + 1) \
-            and abs(x) > abs(v) else v
+        return torch.where(v.abs() < x.abs(), torch.where(v.abs() == v.abs().max(), v * math.inf, v), v)
+
+    def one_by_one(x, exp_bits, man_bits):  # the chapter's scalar rounding, element by element
+        return torch.tensor([ch02.reference_round(v, exp_bits, man_bits) for v in x.tolist()])
+
+    def ties_away(x, exp_bits, man_bits):  # half a spacing added, then truncated: ties away from zero
+        bias = 2 ** (exp_bits - 1) - 1
+        fmax = (2 - 2.0**-man_bits) * 2.0 ** (2**exp_bits - 2 - bias)
+        binade = (((x.view(torch.int32) >> 23) & 0xFF) - 127).clamp(min=1 - bias)
+        spacing = torch.tensor(2.0, dtype=torch.float64) ** (binade - man_bits)
+        a = x.double()
+        return (torch.floor(a.abs() / spacing + 0.5) * spacing * torch.sign(a)).clamp(-fmax, fmax).float()
 
     assert ch02.check_round_to_format(bf16_trick).status == "failed"
     assert ch02.check_round_to_format(no_saturation).status == "failed"
-    assert ch02.check_round_to_format(lambda x, e, m: float(torch.tensor(x).to(torch.float8_e5m2))).status == "failed"
+    assert ch02.check_round_to_format(lambda x, e, m: x.to(torch.float8_e5m2).float()).status == "failed"
+    assert "tolist" in ch02.check_round_to_format(one_by_one).message
+    assert ch02.check_round_to_format(ties_away).status == "failed"
+    assert ch02.check_round_to_format(lambda x, e, m: right(x, e, m).double()).status == "failed"
 
 
 def test_lab02_round_tuned_to_public_formats_fails_hidden():

@@ -282,7 +282,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
         "check_no_leak": ((lambda model, train, val, steps: ch01.reference_losses(model.cfg, steps, 0),), None),
         "check_largest_batch": ((_largest_batch_by_measuring,), (_largest_batch_by_measuring,)),
         "check_decode_fp16": ((lambda c: decode(c, "fp16"),), (to16,)),
-        "check_round_to_format": ((lambda x, e, m: ch02.reference_round(x, e, m),), (_round_by_torch_cast,)),
+        "check_round_to_format": ((lambda x, e, m: ch02.reference_round_tensor(x, e, m),), (_round_by_torch_cast,)),
         "check_mx_element": ((lambda c, e, m: ch02.reference_mx_element(c, e, m),), (_mx_element_by_torchao,)),
         "check_smallest_kept_update": ((lambda w, f: ch02._reference_kept_update(w, f),),
                                        (lambda w, f: ch02._reference_kept_update(w, f),)),
@@ -410,12 +410,12 @@ def _dequantize_blocks(q: torch.Tensor, scales: torch.Tensor, block: int) -> tor
     return q.float() / scales.repeat_interleave(block, dim=-1)[..., : q.shape[-1]]
 
 
-def _round_by_torch_cast(x: float, exp_bits: int, man_bits: int) -> float:
+def _round_by_torch_cast(x: torch.Tensor, exp_bits: int, man_bits: int) -> torch.Tensor:
     """torch's own rounding: a clamp and a cast to the torch dtype of that format (E5M2, FP16, BF16)."""
     dtype = {(5, 2): torch.float8_e5m2, (5, 10): torch.float16, (8, 7): torch.bfloat16}.get((exp_bits, man_bits),
                                                                                           torch.float32)
     fmax = torch.finfo(dtype).max
-    return torch.tensor(x).clamp(-fmax, fmax).to(dtype).item()
+    return x.clamp(-fmax, fmax).to(dtype).float()
 
 
 def _torchao_roundtrip(t: torch.Tensor, fmt: torch.dtype) -> torch.Tensor:

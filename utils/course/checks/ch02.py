@@ -88,24 +88,49 @@ def round_cases(seed: int, n: int, exp_bits: int, man_bits: int) -> list[float]:
     return torch.tensor(xs, dtype=torch.float32).tolist()
 
 
-def expect_round(round_to_format: Callable[[float, int, int], float],
+def reference_round_tensor(x: torch.Tensor, exp_bits: int, man_bits: int) -> torch.Tensor:
+    """reference_round over a float32 tensor, element by element: what exercise 2.2's tensor answer must equal."""
+    return torch.tensor([reference_round(v, exp_bits, man_bits) for v in x.tolist()], dtype=torch.float32)
+
+
+# What a loop over a tensor's elements in Python needs: the elements as Python numbers or a numpy array (item,
+# tolist, numpy, float(), iteration), and the scalar tools chapter 02's `encode_once` rounds with (exact fractions,
+# math, struct). Exercise 2.2 asks for the rounding on the whole tensor at once, as torchao's quantizers do it.
+_TENSOR = torch._C.TensorBase
+ELEMENTWISE = (_TENSOR.item, _TENSOR.tolist, _TENSOR.numpy, _TENSOR.__float__, _TENSOR.__int__, _TENSOR.unbind,
+               torch.Tensor.__iter__, float.as_integer_ratio, struct.unpack, struct.pack)
+ELEMENTWISE_MODULES = ("math", "fractions", "numpy")
+
+
+def expect_round(round_to_format: Callable[[torch.Tensor, int, int], torch.Tensor],
                  cases: list[tuple[list[float], int, int]]) -> None:
-    """cases: (float32 values, exp_bits, man_bits); every value against reference_round, signs of zeros included."""
+    """cases: (float32 values, exp_bits, man_bits). One call per format on the whole tensor of values, with no
+    element read out as a Python number; every value against reference_round, signs of zeros included."""
     for xs, exp_bits, man_bits in cases:
-        with own_work(reference_round, decode, encode, dtypes=_TORCH_DTYPES, what="the rounding"):
-            answers = answer_each(round_to_format, [(x, exp_bits, man_bits) for x in xs])
-        for x, got in zip(xs, answers, strict=True):
-            want = reference_round(x, exp_bits, man_bits)
-            if isinstance(got, bool) or not isinstance(got, int | float) or got != want \
-                    or math.copysign(1.0, got) != math.copysign(1.0, want):
-                raise CheckFailed(f"round_to_format({x!r}, exp_bits={exp_bits}, man_bits={man_bits}) = {want!r}",
-                                  repr(got), "keep man_bits mantissa bits in x's binade, but never a finer spacing "
-                                  "than the format's subnormals (its exponent range is not FP32's); ties go to the "
-                                  "even neighbour, and beyond the largest finite value you saturate.")
+        x = torch.tensor(xs, dtype=torch.float32)
+        with own_work(reference_round, reference_round_tensor, decode, encode, *ELEMENTWISE, dtypes=_TORCH_DTYPES,
+                      modules=ELEMENTWISE_MODULES, what="the rounding, on the whole tensor"):
+            got = round_to_format(x.clone(), exp_bits, man_bits)
+        call = f"round_to_format(x, exp_bits={exp_bits}, man_bits={man_bits})"
+        if not isinstance(got, torch.Tensor) or type(got) is not torch.Tensor or got.dtype != torch.float32 \
+                or got.shape != x.shape:
+            what = f"a {got.dtype} tensor of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor) else repr(got)
+            raise CheckFailed(f"{call}: a float32 tensor of shape {tuple(x.shape)}", what[:200],
+                              "return the rounded values as float32, one per element of x.")
+        want = reference_round_tensor(x, exp_bits, man_bits)
+        wrong = ((got != want) | (torch.signbit(got) != torch.signbit(want))).nonzero().flatten().tolist()
+        if wrong:
+            i = wrong[0]
+            raise CheckFailed(f"{call}[{i}] = {want[i].item()!r} for x[{i}] = {xs[i]!r} ({len(wrong)} of {len(xs)} "
+                              "values differ)", repr(got[i].item()),
+                              "keep man_bits mantissa bits in x's binade, but never a finer spacing than the format's "
+                              "subnormals (its exponent range is not FP32's); ties go to the even neighbour, and "
+                              "beyond the largest finite value you saturate.")
 
 
-def check_round_to_format(round_to_format: Callable[[float, int, int], float]) -> Verdict:
-    """Exercise 2.2: round-to-nearest-even with integer arithmetic into E5M2 and TF32, saturating."""
+def check_round_to_format(round_to_format: Callable[[torch.Tensor, int, int], torch.Tensor]) -> Verdict:
+    """Exercise 2.2: round a whole float32 tensor to nearest even into E5M2 and TF32, saturating, with tensor
+    operations (no element read out in Python)."""
     return run_check("2.2", lambda: expect_round(round_to_format, [(round_cases(0, 3000, 5, 2), 5, 2),
                                                                    (round_cases(1, 3000, 8, 10), 8, 10)]), points=2)
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 
 import torch
@@ -20,47 +19,22 @@ from utils.course.checks.core import (
     observe,
     run_check,
 )
-from utils.course.scenes.ch05 import MLPBlock, fixed_checkpoint_scene, make_stack
+from utils.course.scenes.ch05 import (  # the lab's classes and builders, importable from here as before
+    CrossBlock,  # noqa: F401
+    DropPath,  # noqa: F401
+    MLPBlock,
+    TinyViT,
+    ViTBlock,  # noqa: F401
+    checkpointed_decoder_scene,
+    fixed_checkpoint_scene,
+    make_decoder,  # noqa: F401
+    make_stack,
+    vit_checkpoint_scene,
+)
 from utils.lessons.measure import saved_activation_bytes
 
 
-def _grads(model: nn.Module) -> list[torch.Tensor | None]:
-    return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
-
-
-def _expect_same_grads(model: nn.Module, reference: nn.Module, what: str, hint: str, atol: float = 1e-5) -> None:
-    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
-        if p.grad is None or not torch.allclose(p.grad, q.grad, atol=atol, rtol=1e-4):
-            raise CheckFailed(f"the plain forward's gradient for {name} ({what})", "a different or missing gradient",
-                              hint)
-
-
 # 5.1 -------------------------------------------------------------------------------------------------------------
-class CrossBlock(nn.Module):
-    """A decoder block with cross-attention (T5's, Whisper's decoder): the queries come from x, the keys and values
-    from the encoder's output `memory`, whose padded positions `pad_mask` (True = padding) are masked out; then an
-    MLP. `pad_mask` is keyword-only, as many library blocks take their masks (the lab shows this class)."""
-
-    def __init__(self, d: int, n_head: int = 2) -> None:
-        super().__init__()
-        self.n_head = n_head
-        self.norm, self.q, self.kv, self.out = nn.LayerNorm(d), nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
-        self.mlp = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, *, pad_mask: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q = self.q(self.norm(x)).view(b, t, self.n_head, -1).transpose(1, 2)
-        k, v = (z.view(b, memory.shape[1], self.n_head, -1).transpose(1, 2) for z in self.kv(memory).chunk(2, -1))
-        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=~pad_mask[:, None, None, :])
-        x = x + self.out(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(x)
-
-
-def make_decoder(n: int, d: int, seed: int) -> nn.ModuleList:
-    torch.manual_seed(seed)
-    return nn.ModuleList(CrossBlock(d) for _ in range(n))
-
-
 def plain_decoder(blocks: nn.ModuleList, x: torch.Tensor, memory: torch.Tensor, pad_mask: torch.Tensor
                   ) -> torch.Tensor:
     """The decoder run without checkpointing: the check's reference for the gradients."""
@@ -73,36 +47,31 @@ def expect_checkpointed_decoder(checkpoint_decoder: Callable,
                                 cases: Sequence[tuple[int, int, int, int, int, bool]]) -> None:
     """cases: (blocks n, batch, target tokens, memory tokens, width, memory requires grad). Every block is
     checkpointed: the run keeps each block's input x and, at most, the memory once; the gradients (of the
-    parameters, of x and of the memory where it trains) are the plain run's."""
+    parameters, of x and of the memory where it trains) are the plain run's. The run happens in a scene
+    (utils.course.scenes.ch05), once with the learner's function and once with the plain decoder."""
     fn = guarded(checkpoint_decoder, plain_decoder)
     for n, b, t, s, d, trains in cases:
-        blocks = make_decoder(n, d, seed=n + t + s)
-        torch.manual_seed(d)
-        x = torch.randn(b, t, d, requires_grad=True)
-        memory = torch.randn(b, s, d, requires_grad=trains)
-        pad_mask = torch.zeros(b, s, dtype=torch.bool)
-        pad_mask[0, s // 2 + 1:] = True  # the first sequence is padded
+        got = observe(checkpointed_decoder_scene, fn, n, b, t, s, d, trains)
+        want = checkpointed_decoder_scene(plain_decoder, n, b, t, s, d, trains)
         what = f"{n} blocks, batch {b}, {t} target and {s} memory tokens, width {d}, memory " + (
             "trained" if trains else "frozen")
-        limit = n * x.nbytes + memory.nbytes
-        saved = saved_activation_bytes(fn, blocks, x, memory, pad_mask)
-        if saved > limit:
+        limit = n * want["x_bytes"] + want["memory_bytes"]
+        if got["saved"] > limit:
             raise CheckFailed(f"at most {limit:,} saved bytes ({what}: each block's input x, and the memory once)",
-                              f"{saved:,}", "run EVERY block under checkpoint(block, x, memory, pad_mask=pad_mask, "
-                              "use_reentrant=False): a checkpointed block keeps only its inputs.")
-        reference = copy.deepcopy(blocks)
-        x_ref, memory_ref = (z.detach().clone().requires_grad_(z.requires_grad) for z in (x, memory))
-        plain_decoder(reference, x_ref, memory_ref, pad_mask).pow(2).sum().backward()
-        out = fn(blocks, x, memory, pad_mask)
-        if not isinstance(out, torch.Tensor) or out.shape != (b, t, d):
-            raise CheckFailed(f"an output of shape {(b, t, d)}", repr(getattr(out, "shape", out)),
-                              "return the last block's output.")
-        out.pow(2).sum().backward()
-        _expect_same_grads(blocks, reference, what, "pass memory and pad_mask on to every block (pad_mask by "
-                           "keyword: checkpoint(..., pad_mask=pad_mask, use_reentrant=False)).")
-        for name, got, want in (("x", x.grad, x_ref.grad), ("memory", memory.grad, memory_ref.grad)):
-            if (got is None) != (want is None) or (got is not None and not torch.allclose(got, want, atol=1e-5,
-                                                                                          rtol=1e-4)):
+                              f"{got['saved']:,}", "run EVERY block under checkpoint(block, x, memory, "
+                              "pad_mask=pad_mask, use_reentrant=False): a checkpointed block keeps only its inputs.")
+        if got["output"] != "ok":
+            raise CheckFailed(f"an output of shape {(b, t, d)}", got["output"], "return the last block's output.")
+        for name, grad in want["grads"].items():
+            mine = got["grads"].get(name)
+            if mine is None or not torch.allclose(mine, grad, atol=1e-5, rtol=1e-4):
+                raise CheckFailed(f"the plain forward's gradient for {name} ({what})", "a different or missing "
+                                  "gradient", "pass memory and pad_mask on to every block (pad_mask by keyword: "
+                                  "checkpoint(..., pad_mask=pad_mask, use_reentrant=False)).")
+        for name in ("x", "memory"):
+            mine, grad = got[f"{name}_grad"], want[f"{name}_grad"]
+            if (mine is None) != (grad is None) or (mine is not None and not torch.allclose(mine, grad, atol=1e-5,
+                                                                                            rtol=1e-4)):
                 raise CheckFailed(f"the plain run's gradient of {name} ({what})", "a different or missing one",
                                   "the memory's gradient flows through every block's keys and values: pass it as an "
                                   "input of the checkpointed call, not detached.")
@@ -412,66 +381,6 @@ def check_swiglu(swiglu_saved_bytes: Callable, choose_mode: Callable) -> Verdict
 
 
 # 5.6 -------------------------------------------------------------------------------------------------------------
-class DropPath(nn.Module):
-    """Stochastic depth, as ViTs use it: in training, each sample's branch is dropped with probability p (and the
-    kept ones scaled by 1/(1-p)). The colleague's version draws from its own `torch.Generator`, seeded per block,
-    so that a run's drop-path decisions are reproducible whatever else uses torch's default generator."""
-
-    def __init__(self, p: float, seed: int = 0) -> None:
-        super().__init__()
-        self.p = p
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        keep = torch.rand(x.shape[0], *([1] * (x.dim() - 1)), generator=self.generator) >= self.p
-        return x * keep.to(x.dtype) / (1 - self.p)
-
-
-class ViTBlock(nn.Module):
-    """A pre-norm ViT MLP block with stochastic depth: x + drop_path(fc2(gelu(fc1(norm(x)))))."""
-
-    def __init__(self, d: int, drop_path: float, seed: int = 0) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.drop_path = DropPath(drop_path, seed)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.drop_path(self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x)))))
-
-
-class TinyViT(nn.Module):
-    """Someone else's ViT fine-tuning setup: a FROZEN pretrained patch embedding (and fixed position table), then
-    trainable blocks with stochastic depth (each block's DropPath draws from its own generator, seeded from
-    `seed`), a final LayerNorm, mean pooling and a classification head."""
-
-    def __init__(self, image: int = 16, patch: int = 4, channels: int = 3, d: int = 32, depth: int = 4,
-                 classes: int = 10, drop_path: float = 0.2, seed: int = 0) -> None:
-        super().__init__()
-        self.patch = patch
-        self.patch_embed = nn.Linear(channels * patch * patch, d)
-        self.patch_embed.requires_grad_(False)  # pretrained, frozen for fine-tuning
-        self.register_buffer("pos", torch.randn((image // patch) ** 2, d) * 0.02)
-        self.blocks = nn.ModuleList(ViTBlock(d, drop_path, seed=1000 * seed + i) for i in range(depth))
-        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, classes)
-
-    def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) images -> (B, patches, d) tokens: non-overlapping patches, flattened, projected."""
-        patches = torch.nn.functional.unfold(images, self.patch, stride=self.patch).transpose(1, 2)
-        return self.patch_embed(patches) + self.pos
-
-    def classify(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.norm(x).mean(dim=1))
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.embed(images)
-        for block in self.blocks:
-            x = block(x)
-        return self.classify(x)
-
-
 def reference_vit_forward(vit: TinyViT, images: torch.Tensor) -> torch.Tensor:
     x = vit.embed(images)
     for block in vit.blocks:
@@ -488,48 +397,40 @@ def reference_vit_forward(vit: TinyViT, images: torch.Tensor) -> torch.Tensor:
 def expect_vit_checkpoint(vit_forward: Callable, cases: Sequence[tuple[int, int, int, int, float, int, int]]
                           ) -> None:
     """cases: (image size, patch, width, depth, drop-path rate, batch, seed). The learner's checkpointed forward
-    must give a plain forward's gradients (same drop-path draws) while saving about one input per block."""
+    must give a plain forward's gradients (same drop-path draws) while saving about one input per block. The step
+    runs in a scene (utils.course.scenes.ch05): with the learner's forward, with the plain forward (gradients and
+    generator states) and with the reference's checkpointed one (the bytes it saves)."""
     vit_forward = guarded(vit_forward, reference_vit_forward)
     for image, patch, d, depth, p, batch, seed in cases:
-        torch.manual_seed(seed)
-        vit = TinyViT(image, patch, 3, d, depth, 10, p, seed=seed).train()
-        plain = copy.deepcopy(vit)
-        images, labels = torch.randn(batch, 3, image, image), torch.randint(0, 10, (batch,))
+        case = (image, patch, d, depth, p, batch, seed)
+        got = observe(vit_checkpoint_scene, vit_forward, *case)
+        want = vit_checkpoint_scene(lambda vit, images: vit(images), *case)
         what = f"{depth} blocks, drop-path {p}, batch {batch}, {image}x{image} images in {patch}x{patch} patches"
-        torch.manual_seed(seed + 1)
-        torch.nn.functional.cross_entropy(plain(images), labels).backward()
-        torch.manual_seed(seed + 1)
-        out = vit_forward(vit, images)
-        if not isinstance(out, torch.Tensor) or out.shape != (batch, 10):
-            raise CheckFailed(f"logits of shape {(batch, 10)}", repr(getattr(out, "shape", out)))
-        torch.nn.functional.cross_entropy(out, labels).backward()
-        if vit.patch_embed.weight.grad is not None:
+        if got["output"] != "ok":
+            raise CheckFailed(f"logits of shape {(batch, 10)}", got["output"])
+        if got["frozen_grad"]:
             raise CheckFailed("the frozen patch embedding left frozen (no gradient)", "a gradient")
-        for (name, q), r in zip(vit.named_parameters(), plain.parameters(), strict=True):
-            if not q.requires_grad:
-                continue
-            if q.grad is None:
+        for name, mine in got["grads"].items():
+            if mine is None:
                 raise CheckFailed(f"a gradient for {name} ({what})", "None",
                                   "a reentrant checkpoint whose inputs do not require grad (the frozen patch "
                                   "embedding's output) gives its block no parameter gradients: "
                                   "use_reentrant=False.")
-            if not torch.allclose(q.grad, r.grad, atol=1e-5, rtol=1e-4):
+            grad = want["grads"].get(name)
+            if grad is None or not torch.allclose(mine, grad, atol=1e-5, rtol=1e-4):
                 raise CheckFailed(f"the plain forward's gradient for {name} ({what})", "a different gradient",
                                   "the recomputation must draw the same drop-path decisions as the forward; "
                                   "preserve_rng_state replays torch's default generators only: which generator "
                                   "does DropPath draw from?")
-        for block, twin in zip(vit.blocks, plain.blocks, strict=True):
-            if not torch.equal(block.drop_path.generator.get_state(), twin.drop_path.generator.get_state()):
-                raise CheckFailed(f"each block's drop-path generator where a plain step leaves it ({what})",
-                                  "another state", "the next step must draw what a run without checkpoints "
-                                  "draws: do not re-seed the generator, replay its state.")
-        torch.manual_seed(seed + 1)
-        limit = saved_activation_bytes(reference_vit_forward, copy.deepcopy(vit), images)
-        torch.manual_seed(seed + 1)
-        saved = saved_activation_bytes(vit_forward, vit, images)
-        if saved > limit + 1024:
+        if len(got["generators"]) != len(want["generators"]) or not all(
+                torch.equal(mine, state) for mine, state in zip(got["generators"], want["generators"], strict=True)):
+            raise CheckFailed(f"each block's drop-path generator where a plain step leaves it ({what})",
+                              "another state", "the next step must draw what a run without checkpoints "
+                              "draws: do not re-seed the generator, replay its state.")
+        limit = vit_checkpoint_scene(reference_vit_forward, *case)["saved"]
+        if got["saved"] > limit + 1024:
             raise CheckFailed(f"a checkpointed forward that saves about one input per block ({limit:,} B in all)",
-                              f"{saved:,} B", "keep a checkpoint per block: fix it, do not remove it.")
+                              f"{got['saved']:,} B", "keep a checkpoint per block: fix it, do not remove it.")
 
 
 def check_vit_checkpoint(vit_forward: Callable) -> Verdict:

@@ -11,35 +11,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.course.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
+from utils.course.checks.core import (
+    CheckFailed,
+    Verdict,
+    answered,
+    expect_equal,
+    expect_reasoning,
+    guarded,
+    observe,
+    run_check,
+)
+from utils.course.scenes.ch06 import (  # noqa: F401 - TinyMoE, moe_optimizers, tiny_llama and padded: the lab's names
+    TinyMoE,
+    moe_optimizers,
+    moe_scene,
+    padded,
+    tiny_llama,
+    token_normalised_scene,
+    token_setup,
+    weighted_scene,
+    weighted_setup,
+)
 from utils.lessons.measure import saved_activation_bytes
 from utils.lessons.models import GPT, GPTConfig
-from utils.lessons.quiet import install_filters
-
-
-def tiny_llama(seed: int) -> nn.Module:
-    """A tiny Hugging Face Llama built from a config (grouped-query attention: 4 query heads share 2 key/value heads;
-    RMSNorm; SwiGLU; untied input and output embeddings), in FP32 on the CPU."""
-    install_filters()  # transformers may import torchao, whose optional kernels print load failures on a CPU
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=96, tie_word_embeddings=False, max_position_embeddings=64)
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config)
-
-
-def padded(n: int, seq_len: int, vocab: int, seed: int, empty_rows: int = 0) -> dict[str, torch.Tensor]:
-    """A right-padded batch as a Hugging Face collator gives it: input_ids, attention_mask, and labels equal to the
-    ids with -100 at padding (the model shifts them by one itself). The first `empty_rows` sequences are all padding
-    (a micro-batch may hold no real target at all)."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (n, seq_len), generator=g)
-    lengths = torch.randint(1, seq_len + 1, (n,), generator=g)
-    lengths[:empty_rows] = 0
-    mask = (torch.arange(seq_len) < lengths[:, None]).long()
-    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
-
 
 # 6.1 -------------------------------------------------------------------------------------------------------------
 SMOOTHING = 0.1  # the teammate's label smoothing, which transformers' own causal-LM loss does not offer
@@ -55,45 +49,43 @@ def smoothed_target_losses(model: nn.Module, batch: dict[str, torch.Tensor]) -> 
     return loss, int((targets != -100).sum())
 
 
+def _big_batch(model: nn.Module, micro_batches: list[dict[str, torch.Tensor]]) -> None:
+    """The teammate's loss as one big-batch backward: the micro-batches put back together, the mean over the whole
+    batch's shifted real targets of their label-smoothed cross-entropy."""
+    batch = {key: torch.cat([mb[key] for mb in micro_batches]) for key in micro_batches[0]}
+    total, count = smoothed_target_losses(model, batch)
+    (total / count).backward()
+
+
 def expect_token_normalised(accumulate: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
     """cases: (k, sequences, seed, all-padding sequences at the front). The accumulated .grad must equal one
     big-batch backward of the teammate's loss (the mean over the whole batch's shifted real targets of their
-    label-smoothed cross-entropy), with one forward per micro-batch."""
+    label-smoothed cross-entropy), with one forward per micro-batch. The accumulation runs in a scene
+    (utils.course.scenes.ch06), once with the learner's function and once with the big-batch backward."""
     for k, n, seed, empty in cases:
-        model = tiny_llama(seed)
-        reference, model_copy_for_diagnosis = copy.deepcopy(model), copy.deepcopy(model)
-        batch = padded(n, 12, model.config.vocab_size, seed, empty)
-        total, count = smoothed_target_losses(reference, batch)
-        (total / count).backward()
-        micro_batches = [dict(zip(batch, parts, strict=True))
-                         for parts in zip(*(t.chunk(k) for t in batch.values()), strict=True)]
-        rows: list[int] = []
-        hook = model.get_input_embeddings().register_forward_hook(
-            lambda _m, args, _o, seen=rows: seen.append(args[0].shape[0]))
-        try:
-            accumulate(model, micro_batches)
-        finally:
-            hook.remove()
-        largest = max(len(mb["input_ids"]) for mb in micro_batches)
+        seen = observe(token_normalised_scene, accumulate, k, n, seed, empty)
+        reference = token_normalised_scene(_big_batch, k, n, seed, empty)
+        rows, largest = seen["rows"], reference["largest"]
         if not rows or max(rows) > largest:
             raise CheckFailed(f"one forward per micro-batch of at most {largest} sequences",
                               f"forwards of {rows} sequences" if rows else "no forward",
                               "accumulation exists because the whole batch does not fit: run the model on each "
                               "micro-batch, never on the concatenated batch.")
-        for name, p in model.named_parameters():
-            if p.grad is None:
+        for name, grad in zip(seen["names"], seen["grads"], strict=True):
+            if grad is None:
                 raise CheckFailed(f"a gradient for {name}", "None", "call backward() on each micro-batch's loss, and "
                                   "do not clear the gradients inside the loop.")
-            if not torch.isfinite(p.grad).all():
+            if not torch.isfinite(grad).all():
                 raise CheckFailed(f"finite gradients for {name} (k = {k}, {empty} all-padding sequences)",
                                   "NaN or inf", "a micro-batch without real targets has a mean of 0/0: do not divide "
                                   "by each micro-batch's own target count.")
-        got = torch.cat([p.grad.flatten() for p in model.parameters()])
-        want = torch.cat([q.grad.flatten() for q in reference.parameters()])
+        got = torch.cat([g.flatten() for g in seen["grads"]])
+        want = torch.cat([g.flatten() for g in reference["grads"]])
         if not torch.allclose(got, want, rtol=1e-4, atol=1e-6):
             rel = ((got - want).norm() / want.norm()).item()
+            start, micro_batches = token_setup(k, n, seed, empty)  # the learner's start, built again from the case
             raise CheckFailed(f"the big batch's gradient (k = {k})", f"a relative error of {rel:.2e}",
-                              _what_is_still_wrong(got, want, model_copy_for_diagnosis, micro_batches))
+                              _what_is_still_wrong(got, want, start, micro_batches))
 
 
 def _parallel(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -208,32 +200,6 @@ def check_adam_prediction(prediction: float, reasoning: str, params_changed: Cal
 
 
 # 6.3 -------------------------------------------------------------------------------------------------------------
-class TinyMoE(nn.Module):
-    """A top-1 mixture-of-experts layer and a head: forward returns (output, Switch-Transformer load-balancing
-    loss E * sum_e f_e * P_e, f_e the share of tokens routed to expert e, P_e its mean router probability)."""
-
-    def __init__(self, d: int = 16, experts: int = 4, hidden: int = 32, out: int = 4) -> None:
-        super().__init__()
-        self.router = nn.Linear(d, experts)
-        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
-                                     for _ in range(experts))
-        self.head = nn.Linear(d, out)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        probs = self.router(x).float().softmax(-1)
-        top = probs.argmax(-1)
-        mixed = sum((top == e).unsqueeze(-1) * probs[:, e:e + 1] * expert(x) for e, expert in enumerate(self.experts))
-        chosen = F.one_hot(top, len(self.experts)).float()
-        aux = len(self.experts) * (chosen.mean(0) * probs.mean(0)).sum()
-        return self.head(mixed), aux
-
-
-def moe_optimizers(model: TinyMoE) -> list[torch.optim.Optimizer]:
-    """The team's two optimizers: experts and head at lr 0.1, the router at its own lr 0.02."""
-    rest = [p for name, p in model.named_parameters() if not name.startswith("router.")]
-    return [torch.optim.SGD(rest, lr=0.1), torch.optim.SGD(model.router.parameters(), lr=0.02)]
-
-
 def _moe_reference(model, optimizers, scaler, micro_batches, max_norm, alpha) -> None:
     k = len(micro_batches)
     for xs, ys in micro_batches:
@@ -253,39 +219,25 @@ def _moe_reference(model, optimizers, scaler, micro_batches, max_norm, alpha) ->
 
 def expect_moe_accumulation(moe_accumulation_step: Callable,
                             cases: Sequence[tuple[int, float, float, float, int, bool]]) -> None:
-    """cases: (k, initial scale, max_norm, alpha, seed, poison: one micro-batch's input holds an inf)."""
+    """cases: (k, initial scale, max_norm, alpha, seed, poison: one micro-batch's input holds an inf). Two steps run
+    in a scene (utils.course.scenes.ch06), once with the learner's step and once with the reference."""
     moe_accumulation_step = guarded(moe_accumulation_step, _moe_reference)
     for k, init_scale, max_norm, alpha, seed, poison in cases:
-        torch.manual_seed(seed)
-        model = TinyMoE()
-        g = torch.Generator().manual_seed(seed)
-        x, y = torch.randn(6 * k, 16, generator=g) * 2, torch.randn(6 * k, 4, generator=g)
-        if poison:
-            x[-1, 0] = float("inf")
-        micro = list(zip(x.chunk(k), y.chunk(k), strict=True))
-        states = []
-        for fn in (_moe_reference, moe_accumulation_step):
-            m = copy.deepcopy(model)
-            optimizers = moe_optimizers(m)
-            scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
-            for _ in range(2):  # two optimizer steps: what the first leaves behind matters for the second
-                fn(m, optimizers, scaler, micro, max_norm, alpha)
-            states.append((m, scaler.get_scale()))
-        (ref, ref_scale), (got, got_scale) = states
+        got = observe(moe_scene, moe_accumulation_step, k, init_scale, max_norm, alpha, seed, poison)
+        ref = moe_scene(_moe_reference, k, init_scale, max_norm, alpha, seed, poison)
         what = (f"k = {k}, initial scale {init_scale:g}, max_norm {max_norm:g}, alpha {alpha:g}"
                 + (", an inf input" if poison else ""))
         for part in ("router", "experts", "head"):
-            want = torch.cat([p.detach().flatten() for p in getattr(ref, part).parameters()])
-            have = torch.cat([p.detach().flatten() for p in getattr(got, part).parameters()])
+            want, have = ref[part], got[part]
             if not torch.allclose(have, want, rtol=1e-4, atol=1e-6):
                 raise CheckFailed(f"the reference's {part} parameters after two steps ({what})",
                                   f"a max difference of {(have - want).abs().max().item():.3g}",
                                   "both losses of every micro-batch go through the same scaler.scale and the same "
                                   "/ k; every optimizer's gradients are unscaled before the one global clip; then "
                                   "each optimizer steps, the scaler updates once, and every optimizer is cleared.")
-        expect_equal(got_scale, ref_scale, f"the scaler's scale after two steps ({what})",
+        expect_equal(got["scale"], ref["scale"], f"the scaler's scale after two steps ({what})",
                      hint="call scaler.update() once per optimizer step, after stepping every optimizer.")
-        if any(p.grad is not None for p in got.parameters()):
+        if got["grads_left"]:
             raise CheckFailed("every gradient cleared after the step (each optimizer's zero_grad)", "gradients left")
 
 
@@ -330,38 +282,30 @@ def check_micro_plan(choose_micro_batches: Callable) -> Verdict:
 
 
 # 6.5 -------------------------------------------------------------------------------------------------------------
-def weighted_setup(classes: int, n: int, seed: int, ignored: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor,
-                                                                            torch.Tensor]:
-    """A small image classifier (a CNN), a batch of n 1x8x8 images, labels (the first `ignored` set to -100) and
-    class weights (an imbalanced dataset's inverse frequencies)."""
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 8 * 8, classes))
-    g = torch.Generator().manual_seed(seed)
-    x, y = torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, classes, (n,), generator=g)
-    y[:ignored] = -100
-    weights = torch.rand(classes, generator=g) * 4 + 0.25
-    return model, x, y, weights
+def _big_batch_weighted(model: nn.Module, micro_batches: list, weights: torch.Tensor) -> None:
+    """One big-batch backward of F.cross_entropy(logits, y, weight=weights, ignore_index=-100), its default mean."""
+    x, y = (torch.cat(parts) for parts in zip(*micro_batches, strict=True))
+    F.cross_entropy(model(x), y, weight=weights, ignore_index=-100).backward()
 
 
 def expect_weighted_accumulation(accumulate_weighted: Callable, cases: Sequence[tuple[int, int, int, int, int]]
                                  ) -> None:
     """cases: (k micro-batches, batch n, classes, seed, ignored labels). The accumulated .grad must equal one
-    big-batch backward of F.cross_entropy(logits, y, weight=weights, ignore_index=-100) (its default mean)."""
+    big-batch backward of F.cross_entropy(logits, y, weight=weights, ignore_index=-100) (its default mean). The
+    accumulation runs in a scene (utils.course.scenes.ch06), once with the learner's function, once with that
+    big-batch backward."""
     for k, n, classes, seed, ignored in cases:
-        model, x, y, weights = weighted_setup(classes, n, seed, ignored)
-        reference = copy.deepcopy(model)
-        F.cross_entropy(reference(x), y, weight=weights, ignore_index=-100).backward()
-        micro_batches = list(zip(x.chunk(k), y.chunk(k), strict=True))
-        accumulate_weighted(model, micro_batches, weights.clone())
-        grads = [p.grad for p in model.parameters()]
+        grads = observe(weighted_scene, accumulate_weighted, k, n, classes, seed, ignored)["grads"]
+        reference = weighted_scene(_big_batch_weighted, k, n, classes, seed, ignored)["grads"]
         what = f"k = {k}, {n} images, {classes} weighted classes, {ignored} ignored labels"
         if any(g is None or not torch.isfinite(g).all() for g in grads):
             raise CheckFailed(f"finite gradients on every parameter ({what})", "a missing or non-finite .grad",
                               "a micro-batch whose labels are all ignored has zero weight: skip it or use "
                               "reduction='sum', never divide by its own zero.")
         got = torch.cat([g.flatten() for g in grads])
-        want = torch.cat([q.grad.flatten() for q in reference.parameters()])
+        want = torch.cat([q.flatten() for q in reference])
         if not torch.allclose(got, want, rtol=1e-4, atol=1e-6):
+            _, _, y, weights = weighted_setup(classes, n, seed, ignored)  # the case's labels and weights
             counted = (y != -100).sum().clamp_min(1)
             plain = want * weights[y[y != -100]].sum() / counted
             hint = ("this is the gradient normalised by the count of labels: a weighted mean divides by the sum of "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import math
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,7 +15,22 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from utils.course.checks.core import CheckFailed, Verdict, answered, expect_equal, expect_reasoning, guarded, run_check
+from utils.course.checks.core import (
+    CheckFailed,
+    Verdict,
+    answered,
+    expect_equal,
+    expect_reasoning,
+    guarded,
+    observe,
+    run_check,
+)
+from utils.course.scenes.ch07 import (  # the lab's trainer, importable from here as before
+    PHASES,  # noqa: F401
+    BudgetedTrainer,  # noqa: F401
+    bug_in_step_scene,
+    micro_batch_plan_scene,
+)
 from utils.lessons.allocator_model import CachingAllocatorModel
 from utils.lessons.oom import run_oom_safe, run_step_oom_safe
 from utils.lessons.profiling import graph_held_bytes, largest_fitting
@@ -313,55 +327,6 @@ def check_leak_fixed(train_and_log: Callable) -> Verdict:
 
 
 # 7.4 ------------------------------------------------------------------------------------------------------------
-PHASES = ("forward", "backward", "optimizer")
-
-
-class BudgetedTrainer:
-    """A training step that runs out of memory above a byte budget, like a GPU would: it allocates a batch-sized
-    activation, then raises torch.OutOfMemoryError in the phase chosen (after backward filled .grad, if later).
-    It records each trial and keeps weak references to the activations of failed trials. A batch size in `flaky`
-    fits the budget but fails its FIRST trial in forward, as a size can right after a larger trial failed (the cache
-    left in pieces: fragmentation); tried again, it trains."""
-
-    def __init__(self, budget_samples: int, phase: str = "backward", width: int = 8, seed: int = 0,
-                 error: type[BaseException] | None = None, flaky: frozenset[int] = frozenset()) -> None:
-        torch.manual_seed(seed)
-        self.model = nn.Linear(width, 1)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.0)
-        self.budget, self.phase, self.width, self.error = budget_samples, phase, width, error
-        self.flaky = set(flaky)
-        self.trials: list[int] = []
-        self.trained: list[int] = []  # the trials that trained
-        self.failed_activations: list[weakref.ref] = []
-
-    def step(self, batch: int) -> float:
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be a positive int, got {batch!r}")
-        self.trials.append(batch)
-        if self.error is not None:
-            raise self.error("a bug, not an out-of-memory error")
-        activation = torch.randn(batch, self.width)
-        over = batch > self.budget
-        if batch in self.flaky:  # fits, but not this first time
-            self.flaky.discard(batch)
-            self.failed_activations.append(weakref.ref(activation))
-            raise torch.OutOfMemoryError(f"CUDA out of memory (at batch {batch}: the cache is fragmented)")
-        if over:
-            self.failed_activations.append(weakref.ref(activation))
-        if over and self.phase == "forward":
-            raise torch.OutOfMemoryError(f"CUDA out of memory (planted in forward at batch {batch})")
-        loss = self.model(activation).pow(2).mean()
-        loss.backward()
-        if over and self.phase == "backward":
-            raise torch.OutOfMemoryError(f"CUDA out of memory (planted after backward at batch {batch})")
-        if over:
-            raise torch.OutOfMemoryError(f"CUDA out of memory (planted in optimizer.step at batch {batch})")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.trained.append(batch)
-        return loss.item()
-
-
 def micro_plan_truth(budget: int, effective: int, limit: int) -> tuple[int, int]:
     """The largest micro-batch that divides `effective`, is at most `limit` and fits the budget, and the number of
     accumulation steps it takes; (0, 0) when not even 1 fits."""
@@ -371,54 +336,51 @@ def micro_plan_truth(budget: int, effective: int, limit: int) -> tuple[int, int]
 
 def expect_micro_batch_plans(plan_micro_batch: Callable, cases: Sequence[tuple[int, str, int, int, frozenset[int]]]
                              ) -> None:
-    """cases: (budget, phase, effective batch, limit, flaky sizes)."""
+    """cases: (budget, phase, effective batch, limit, flaky sizes). The search runs in a scene
+    (utils.course.scenes.ch07) whose returned trials, trained sizes, gradients and live activations are judged here."""
     plan_micro_batch = guarded(plan_micro_batch, largest_fitting, run_step_oom_safe, run_oom_safe, micro_plan_truth)
     for budget, phase, effective, limit, flaky in cases:
-        trainer = BudgetedTrainer(budget, phase, flaky=flaky)
-        got = plan_micro_batch(trainer.step, trainer.optimizer, effective, limit)
-        gc.collect()
+        seen = observe(micro_batch_plan_scene, plan_micro_batch, budget, phase, effective, limit, tuple(sorted(flaky)))
+        trials, trained = seen["trials"], seen["trained"]
         what = (f"plan_micro_batch(step, optimizer, effective={effective}, limit={limit}) with the step raising "
                 f"OutOfMemoryError above batch {budget} (in {phase})"
                 + (f", batch {sorted(flaky)} failing once" if flaky else ""))
-        expect_equal(got, micro_plan_truth(budget, effective, limit), what,
+        expect_equal(seen["returned"], micro_plan_truth(budget, effective, limit), what,
                      hint="the candidates are the divisors of the effective batch up to the limit: bisect over that "
                      "list; catch torch.OutOfMemoryError only, and try a size that failed once more (after "
                      "gc.collect() and torch.cuda.empty_cache()) before counting it as too big; (0, 0) if 1 fails.")
-        if not trainer.trials:
+        if not trials:
             raise CheckFailed("a search that calls step(batch)", "no trial at all",
                               "the answer must come from trials of the step, not from a number written down.")
         candidates = sum(1 for d in range(1, limit + 1) if effective % d == 0)
         bound = 4 * max(1, math.ceil(math.log2(max(candidates, 2)))) + 4
-        if len(trainer.trials) > bound:
+        if len(trials) > bound:
             raise CheckFailed(f"at most {bound} trials (a bisection over the {candidates} divisors, each failure "
-                              "retried once)", f"{len(trainer.trials)} trials: {trainer.trials[:12]}...")
+                              "retried once)", f"{len(trials)} trials: {trials[:12]}...")
         best, _ = micro_plan_truth(budget, effective, limit)
         above = next((d for d in range(best + 1, limit + 1) if effective % d == 0), None)
-        if (best and best not in trainer.trained) or (above is not None and trainer.trials.count(above) < 2):
+        if (best and best not in trained) or (above is not None and trials.count(above) < 2):
             raise CheckFailed(f"trials that prove the answer: {best or 1} {'trained' if best else 'failed twice'}"
                               + (f", {above} failed twice" if above and best else ""),
-                              f"trials {trainer.trials} (trained: {trainer.trained})",
+                              f"trials {trials} (trained: {trained})",
                               "the answer must come from the step's own trials, each failure retried once.")
-        if any(effective % b for b in trainer.trials):
-            raise CheckFailed("trials of divisors of the effective batch only", f"trials {trainer.trials}",
+        if any(effective % b for b in trials):
+            raise CheckFailed("trials of divisors of the effective batch only", f"trials {trials}",
                               "accumulation needs equal micro-batches: a size that does not divide is no plan.")
-        if any(p.grad is not None for p in trainer.model.parameters()):
+        if seen["grad_left"]:
             raise CheckFailed("no .grad left after the search", "a filled .grad",
                               "an OOM after backward skips the step's own zero_grad: call "
                               "optimizer.zero_grad(set_to_none=True) in a finally around each trial.")
-        alive = sum(r() is not None for r in trainer.failed_activations)
-        if alive:
+        if seen["alive"]:
             raise CheckFailed("no activation of a failed trial alive after the search",
-                              f"{alive} still alive", "do not keep the exception (or its traceback): keep a "
+                              f"{seen['alive']} still alive", "do not keep the exception (or its traceback): keep a "
                               "string if you want the message, and retry after the except block.")
 
 
 def expect_bugs_propagate(plan_micro_batch: Callable) -> None:
+    """A step that raises ValueError (a bug) must see it come out of the search (utils.course.scenes.ch07)."""
     plan_micro_batch = guarded(plan_micro_batch, largest_fitting, run_step_oom_safe, run_oom_safe, micro_plan_truth)
-    trainer = BudgetedTrainer(4, error=ValueError)
-    try:
-        plan_micro_batch(trainer.step, trainer.optimizer, 16, 16)
-    except ValueError:
+    if observe(bug_in_step_scene, plan_micro_batch)["propagated"]:
         return
     raise CheckFailed("a ValueError from the step to propagate (it is a bug, not a full GPU)", "it was swallowed",
                       "catch torch.OutOfMemoryError, not Exception.")

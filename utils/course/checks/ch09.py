@@ -4,7 +4,6 @@ cases (grading/hidden/ch09.py) call them with other sizes, optimizers, ranks, vo
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 from unittest import mock
@@ -12,11 +11,27 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 import utils.ledger.plan
-from utils.course.checks.core import CheckFailed, Verdict, answered, expect_close, expect_reasoning, guarded, run_check
+from utils.course.checks.core import (
+    CheckFailed,
+    Verdict,
+    answered,
+    expect_close,
+    expect_reasoning,
+    guarded,
+    observe,
+    run_check,
+)
+from utils.course.scenes.ch09 import (  # noqa: F401 - also imported from here (tests, the lab)
+    Batches,
+    LivePeak,
+    TinyLM,
+    chunk_case,
+    chunked_loss_scene,
+    finetune_scene,
+    finetune_setup,
+)
 from utils.ledger.gpt import shape_of
 from utils.ledger.plan import Choice, lora_parameters, memory_of, plan, zero_bytes_per_gpu
 from utils.lessons.chunked_loss import _chunk_loss, chunked_cross_entropy
@@ -130,65 +145,6 @@ def check_lora_prediction(prediction: Any, reasoning: Any, count_trainable: Call
 
 
 # 9.3 -------------------------------------------------------------------------------------------------------------
-class LivePeak(TorchDispatchMode):
-    """The peak of the bytes of tensor storages created inside the block and still alive (CPU or GPU): each
-    operator's outputs are counted when created and subtracted when their storage is freed. Tensors created before
-    the block are not counted."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live = 0
-        self.peak = 0
-        self._alive: dict[int, Any] = {}
-
-    def _free(self, key: int, nbytes: int) -> None:
-        if self._alive.pop(key, None) is not None:
-            self.live -= nbytes
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                storage = t.untyped_storage()
-                key, nbytes = storage.data_ptr(), storage.nbytes()
-                if nbytes and key not in self._alive:
-                    self._alive[key] = weakref.finalize(storage, self._free, key, nbytes)
-                    self.live += nbytes
-                    self.peak = max(self.peak, self.live)
-        return out
-
-
-class TinyLM(nn.Module):
-    """The fine-tuned model of 9.3: an embedding, one hidden layer and an untied head over a large vocabulary."""
-
-    def __init__(self, vocab_size: int, d_model: int) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab_size, d_model)
-        self.body = nn.Linear(d_model, d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.body(self.embed(tokens))))
-
-
-Batches = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-def finetune_setup(vocab_size: int, d_model: int, n_train: int, n_eval: int,
-                   seed: int) -> tuple[TinyLM, torch.optim.Optimizer, Batches, Batches]:
-    """A TinyLM, its AdamW, and n_train + n_eval batches of 8 sequences of 32 tokens, from `seed`."""
-    torch.manual_seed(seed)
-    model = TinyLM(vocab_size, d_model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(seed + 1)
-
-    def batch() -> tuple[torch.Tensor, torch.Tensor]:
-        return (torch.randint(0, vocab_size, (8, 32), generator=gen),
-                torch.randint(0, vocab_size, (8, 32), generator=gen))
-
-    return model, opt, [batch() for _ in range(n_train)], [batch() for _ in range(n_eval)]
-
-
 def reference_finetune(model: nn.Module, opt: torch.optim.Optimizer, train: Batches,
                        evals: Batches) -> tuple[list[float], list[float], float]:
     """The colleague's script without its three memory bugs: the accuracy from the logits' argmax without a graph,
@@ -216,36 +172,30 @@ def reference_finetune(model: nn.Module, opt: torch.optim.Optimizer, train: Batc
 PEAK_SLACK = 1.10  # a fixed script may peak at most 10% above the clean one (and may peak lower)
 
 
-def _measured(fn: Callable[..., Any], case: tuple[int, int, int, int, int]) -> tuple[Any, int]:
-    model, opt, train, evals = finetune_setup(*case)
-    with LivePeak() as live:
-        result = fn(model, opt, train, evals)
-    return result, live.peak
-
-
 def expect_finetune(finetune: Callable[..., Any], cases: Sequence[tuple[int, int, int, int, int]]) -> None:
     """cases: (vocab_size, d_model, n_train, n_eval, seed). The learner's script must return the same losses,
-    accuracies and evaluation loss as the clean one (as floats), and peak at most PEAK_SLACK x its peak."""
+    accuracies and evaluation loss as the clean one (as floats), and peak at most PEAK_SLACK x its peak. The script
+    runs in a scene (utils.course.scenes.ch09), which measures its peak where it runs; the clean script runs in the
+    same scene here."""
     finetune = guarded(finetune, reference_finetune)
     for case in cases:
-        (ref_losses, ref_accs, ref_eval), cap = _measured(reference_finetune, case)
-        cap = int(PEAK_SLACK * cap)
-        got, peak = _measured(finetune, case)
-        if not isinstance(got, tuple) or len(got) != 3:
-            raise CheckFailed("(train losses, train accuracies, eval loss)", repr(got)[:80],
+        want = finetune_scene(reference_finetune, *case)
+        cap = int(PEAK_SLACK * want["peak"])
+        got = observe(finetune_scene, finetune, *case)
+        if got["returned"] is not None:
+            raise CheckFailed("(train losses, train accuracies, eval loss)", got["returned"],
                               "keep what the script returns.")
-        losses, accs, eval_loss = got
-        numbers = [*losses, *accs, eval_loss] if isinstance(losses, list) and isinstance(accs, list) else [None]
-        if not all(isinstance(v, float) for v in numbers):
-            raise CheckFailed("plain Python floats", ", ".join(sorted({type(v).__name__ for v in numbers})),
+        if got["types"] is not None:
+            raise CheckFailed("plain Python floats", ", ".join(got["types"]),
                               "log numbers with .item(), not tensors: a tensor keeps its graph alive.")
-        expect_close(torch.tensor(losses), torch.tensor(ref_losses), "the training losses", rtol=1e-4, atol=1e-6,
-                     hint="fix the memory bugs without changing what is trained (same steps, same order).")
-        expect_close(torch.tensor(accs), torch.tensor(ref_accs), "the training accuracies", rtol=1e-4, atol=1e-6,
-                     hint="the accuracy is the share of tokens whose most likely prediction is the target.")
-        expect_close(eval_loss, ref_eval, "the evaluation loss", rtol=1e-4, atol=1e-6,
+        expect_close(torch.tensor(got["losses"]), torch.tensor(want["losses"]), "the training losses", rtol=1e-4,
+                     atol=1e-6, hint="fix the memory bugs without changing what is trained (same steps, same order).")
+        expect_close(torch.tensor(got["accs"]), torch.tensor(want["accs"]), "the training accuracies", rtol=1e-4,
+                     atol=1e-6, hint="the accuracy is the share of tokens whose most likely prediction is the target.")
+        expect_close(got["eval_loss"], want["eval_loss"], "the evaluation loss", rtol=1e-4, atol=1e-6,
                      hint="the mean over the evaluation batches of their mean cross-entropy.")
-        if peak < cap / 4:  # the tracker follows this thread: a script run elsewhere is not measured
+        peak = got["peak"]
+        if peak < cap / 4:  # the tracker follows the scene's thread: a script run elsewhere is not measured
             raise CheckFailed("a peak the check can measure (run the script in this thread)", f"{peak:,} B",
                               "run the training and evaluation directly in the function, not in another thread.")
         if peak > cap:
@@ -347,51 +297,40 @@ def check_plan(make_plan: Callable[[GPTConfig, int, int], tuple]) -> Verdict:
 CHUNK_LOGIT_ALLOWANCE = 5  # chunk-sized FP32 tensors a chunked loss may hold at once (logits, softmax, gradients)
 
 
-def chunk_case(tokens: int, d_model: int, vocab_size: int, pad_every: int,
-               seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Hidden states (tokens, d), an untied head's weight (V, d) and targets with every `pad_every`-th token
-    -100 (padding; 0: none)."""
-    gen = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(tokens, d_model, generator=gen)
-    weight = torch.randn(vocab_size, d_model, generator=gen) * d_model ** -0.5
-    targets = torch.randint(0, vocab_size, (tokens,), generator=gen)
-    if pad_every:
-        targets[::pad_every] = -100
-    return hidden, weight, targets
+def _full_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+    """The full head's F.cross_entropy, all the logits at once (what a chunked loss must equal)."""
+    return F.cross_entropy(hidden @ weight.t(), targets, ignore_index=-100)
 
 
 def expect_chunked_loss(chunked_loss: Callable[..., torch.Tensor],
                         cases: Sequence[tuple[int, int, int, int, int, int]]) -> None:
     """cases: (tokens, d_model, vocab_size, chunk, pad_every, seed). Same loss and gradients as the full head's
-    F.cross_entropy, and a peak of at most the gradients of the inputs plus CHUNK_LOGIT_ALLOWANCE chunks of logits."""
+    F.cross_entropy, and a peak of at most the gradients of the inputs plus CHUNK_LOGIT_ALLOWANCE chunks of logits.
+    The loss, its backward and the peak run in a scene (utils.course.scenes.ch09); the full loss runs in the same
+    scene here."""
     chunked_loss = guarded(chunked_loss, chunked_cross_entropy, _chunk_loss)
     for tokens, d, vocab, chunk, pad_every, seed in cases:
-        hidden, weight, targets = chunk_case(tokens, d, vocab, pad_every, seed)
-        h_ref, w_ref = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-        expected = F.cross_entropy(h_ref @ w_ref.t(), targets, ignore_index=-100)
-        expected.backward()
-        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-        with LivePeak() as live:
-            got = chunked_loss(h, w, targets, chunk)
-            if not isinstance(got, torch.Tensor) or got.dim() != 0 or not got.requires_grad:
-                raise CheckFailed("a scalar loss tensor with a graph", repr(got)[:80],
-                                  "return the mean loss as a tensor that backward() can go through.")
-            got.backward()
+        want = chunked_loss_scene(_full_loss, tokens, d, vocab, chunk, pad_every, seed)
+        got = observe(chunked_loss_scene, chunked_loss, tokens, d, vocab, chunk, pad_every, seed)
+        if got["returned"] is not None:
+            raise CheckFailed("a scalar loss tensor with a graph", got["returned"],
+                              "return the mean loss as a tensor that backward() can go through.")
         what = f"{tokens} tokens, vocabulary {vocab:,}, chunks of {chunk}" + (" with padding" if pad_every else "")
-        expect_close(got.detach(), expected.detach(), f"the loss ({what})", rtol=1e-5, atol=1e-6,
+        expect_close(got["loss"], want["loss"], f"the loss ({what})", rtol=1e-5, atol=1e-6,
                      hint="the mean over the tokens whose target is not -100: sum each chunk's losses, divide once.")
-        for name, leaf, ref in (("hidden", h, h_ref), ("weight", w, w_ref)):
-            if leaf.grad is None:
+        for name in ("hidden", "weight"):
+            if got["grads"][name] is None:
                 raise CheckFailed(f"a gradient for {name}", "None", "the loss must be differentiable in both.")
-            expect_close(leaf.grad, ref.grad, f"the gradient of {name} ({what})", rtol=1e-4, atol=1e-6)
-        full = 4 * tokens * vocab
-        if live.peak < hidden.nbytes + weight.nbytes:  # the two gradients alone are this large
-            raise CheckFailed("a peak the check can measure (compute in this thread)", f"{live.peak:,} B",
+            expect_close(got["grads"][name], want["grads"][name], f"the gradient of {name} ({what})", rtol=1e-4,
+                         atol=1e-6)
+        full, inputs, peak = 4 * tokens * vocab, want["input_bytes"], got["peak"]
+        if peak < inputs:  # the two gradients alone are this large
+            raise CheckFailed("a peak the check can measure (compute in this thread)", f"{peak:,} B",
                               "compute the loss and its backward directly in the function, not in another thread.")
-        bound = hidden.nbytes + weight.nbytes + CHUNK_LOGIT_ALLOWANCE * 4 * chunk * vocab
-        if live.peak > bound:
+        bound = inputs + CHUNK_LOGIT_ALLOWANCE * 4 * chunk * vocab
+        if peak > bound:
             raise CheckFailed(f"a peak of at most {bound:,} B ({what}; all the FP32 logits are {full:,} B)",
-                              f"{live.peak:,} B", "a loop over chunks still keeps every chunk's logits for "
+                              f"{peak:,} B", "a loop over chunks still keeps every chunk's logits for "
                               "backward: recompute each chunk in backward (activation checkpointing per chunk).")
 
 

@@ -361,8 +361,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                     hits.append(f"a call to {code.co_name} of {modules[0]}")
             elif event == "c_call" and (c_slow or id(arg) in watched_c):
                 special = id(arg) in watched_c
-                if (special and id(arg) in builtins) or (methods and (type(getattr(arg, "__self__", None)),
-                                                                      getattr(arg, "__name__", "")) in methods):
+                if (special and id(arg) in builtins) or (methods and _bound_to(arg, methods)):
                     hits.append(f"a call to {getattr(arg, '__qualname__', repr(arg))}")
                 elif special and any(arg is s for s in _WATCH_SWITCHES) and frame.f_code is not _OWN_WORK_CODE:
                     hits.append(f"a call to sys.{arg.__name__} (switching off the check's watch)")
@@ -408,6 +407,13 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                           "implementation are what your answer is compared with, not a way to produce it.")
     if failure is not None:
         raise failure
+
+
+def _bound_to(method: Any, methods: set[tuple[type, str]]) -> bool:
+    """Whether a C method bound to an object is one of `methods` ((class, name)), of the object's class or of a
+    class it derives from (a tensor's `item` is torch._C.TensorBase's)."""
+    name = getattr(method, "__name__", "")
+    return any((cls, name) in methods for cls in type(getattr(method, "__self__", None)).__mro__)
 
 
 _OWN_WORK_CODE = own_work.__wrapped__.__code__  # its own sys.setprofile calls are not the learner's

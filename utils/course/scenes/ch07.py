@@ -1,0 +1,85 @@
+"""Scenes of lab 07's checks (memory profiling and out-of-memory debugging): what the learner's micro-batch search
+does with a training step that runs out of memory above a budget (utils.course.scenes explains the split)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+# 7.4 ------------------------------------------------------------------------------------------------------------
+PHASES = ("forward", "backward", "optimizer")
+
+
+class BudgetedTrainer:
+    """A training step that runs out of memory above a byte budget, like a GPU would: it allocates a batch-sized
+    activation, then raises torch.OutOfMemoryError in the phase chosen (after backward filled .grad, if later).
+    It records each trial and keeps weak references to the activations of failed trials. A batch size in `flaky`
+    fits the budget but fails its FIRST trial in forward, as a size can right after a larger trial failed (the cache
+    left in pieces: fragmentation); tried again, it trains."""
+
+    def __init__(self, budget_samples: int, phase: str = "backward", width: int = 8, seed: int = 0,
+                 error: type[BaseException] | None = None, flaky: frozenset[int] = frozenset()) -> None:
+        torch.manual_seed(seed)
+        self.model = nn.Linear(width, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.0)
+        self.budget, self.phase, self.width, self.error = budget_samples, phase, width, error
+        self.flaky = set(flaky)
+        self.trials: list[int] = []
+        self.trained: list[int] = []  # the trials that trained
+        self.failed_activations: list[weakref.ref] = []
+
+    def step(self, batch: int) -> float:
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be a positive int, got {batch!r}")
+        self.trials.append(batch)
+        if self.error is not None:
+            raise self.error("a bug, not an out-of-memory error")
+        activation = torch.randn(batch, self.width)
+        over = batch > self.budget
+        if batch in self.flaky:  # fits, but not this first time
+            self.flaky.discard(batch)
+            self.failed_activations.append(weakref.ref(activation))
+            raise torch.OutOfMemoryError(f"CUDA out of memory (at batch {batch}: the cache is fragmented)")
+        if over:
+            self.failed_activations.append(weakref.ref(activation))
+        if over and self.phase == "forward":
+            raise torch.OutOfMemoryError(f"CUDA out of memory (planted in forward at batch {batch})")
+        loss = self.model(activation).pow(2).mean()
+        loss.backward()
+        if over and self.phase == "backward":
+            raise torch.OutOfMemoryError(f"CUDA out of memory (planted after backward at batch {batch})")
+        if over:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (planted in optimizer.step at batch {batch})")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.trained.append(batch)
+        return loss.item()
+
+
+def micro_batch_plan_scene(plan_micro_batch: Callable, budget: int, phase: str, effective: int, limit: int,
+                           flaky: Sequence[int]) -> dict[str, Any]:
+    """`plan_micro_batch(step, optimizer, effective, limit)` searching a BudgetedTrainer's step (`flaky`: the sizes
+    that fail their first trial, sent as a sorted tuple): what it returned, the trials it ran and those that
+    trained, whether a .grad was left behind, and how many activations of failed trials are still alive."""
+    trainer = BudgetedTrainer(budget, phase, flaky=frozenset(flaky))
+    returned = plan_micro_batch(trainer.step, trainer.optimizer, effective, limit)
+    gc.collect()
+    return {"returned": returned, "trials": list(trainer.trials), "trained": list(trainer.trained),
+            "grad_left": any(p.grad is not None for p in trainer.model.parameters()),
+            "alive": sum(r() is not None for r in trainer.failed_activations)}
+
+
+def bug_in_step_scene(plan_micro_batch: Callable) -> dict[str, Any]:
+    """`plan_micro_batch(step, optimizer, 16, 16)` with a step that raises ValueError (a bug, not a full GPU):
+    whether that ValueError came out of the search (caught here on purpose, and said as data)."""
+    trainer = BudgetedTrainer(4, error=ValueError)
+    try:
+        plan_micro_batch(trainer.step, trainer.optimizer, 16, 16)
+    except ValueError:
+        return {"propagated": True}
+    return {"propagated": False}
