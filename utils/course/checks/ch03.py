@@ -6,13 +6,22 @@ Each exercise's cases live in an `expect_*` function that grading/hidden/ch03.py
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from utils.course.checks.core import CheckFailed, Verdict, answered, expect_reasoning, guarded, own_work, run_check
+from utils.course.checks.core import (
+    CheckFailed,
+    Verdict,
+    answered,
+    expect_reasoning,
+    guarded,
+    observe,
+    own_work,
+    run_check,
+)
+from utils.course.scenes.ch03 import loop_scene, scaler_scene
 
 # 3.1 -------------------------------------------------------------------------------------------------------------
 # The prediction: Llama-3-8B's 8,030,261,248 gradients, log2|g| ~ Normal(-28, 4), stored in FP16 after scaling
@@ -93,61 +102,67 @@ def check_flushed(prediction: tuple[int, float], reasoning: str, fraction_flushe
 
 
 # 3.2 -------------------------------------------------------------------------------------------------------------
-_GRADSCALER = object()  # the reference path of _run_scaler: never a value a learner can hand in
+class _GradScalerReference:
+    """The reference: torch.amp.GradScaler behind the learner's interface (scale_value, scale, unscale_(params),
+    step(opt, params), update), so that the same scene runs it. GradScaler.unscale_ reads only an optimizer's
+    param_groups, and its step calls the optimizer's step: one stand-in per step holds the parameters unscale_ is
+    handed and the optimizer step() is handed, so that GradScaler unscales once, as in unscale_(opt); step(opt)."""
 
+    class _Params:
+        def __init__(self, params: Any):
+            self.param_groups, self.optimizer = [{"params": list(params)}], None
 
-def _run_scaler(make_scaler: Any, steps: int, overflow_at: set[int], clip_at: set[int],
-                init_scale: float, interval: int, seed: int) -> tuple[list[float], torch.Tensor]:
-    """Train a Linear for `steps` steps with the learner's scaler class (or GradScaler when make_scaler is the
-    private _GRADSCALER sentinel, so that a learner's None is an answer like any other, never the reference);
-    at steps in clip_at the loop unscales explicitly and clips before stepping. Returns the scales and weights."""
-    torch.manual_seed(seed)
-    model = torch.nn.Linear(6, 3)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    params = list(model.parameters())
-    gen = torch.Generator().manual_seed(seed + 1)
-    x, y = torch.randn(16, 6, generator=gen), torch.randn(16, 3, generator=gen)
-    ref = (torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=interval)
-           if make_scaler is _GRADSCALER else None)
-    ours: Any = None if ref is not None else make_scaler(init_scale=init_scale, growth_factor=2.0,
-                                                         backoff_factor=0.5, growth_interval=interval)
-    scales = []
-    for step in range(steps):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        scaler_scale = ref.get_scale() if ref is not None else float(ours.scale_value)
-        scales.append(scaler_scale)
-        (ref.scale(loss) if ref is not None else ours.scale(loss)).backward()
-        if step in overflow_at:
-            params[0].grad.view(-1)[step % params[0].numel()] = math.inf
-        if step in clip_at:
-            if ref is not None:
-                ref.unscale_(opt)
-            else:
-                ours.unscale_(params)
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-        if ref is not None:
-            ref.step(opt)
-            ref.update()
-        else:
-            ours.step(opt, params)
-            ours.update()
-        opt.zero_grad(set_to_none=True)
-    return scales, torch.cat([p.detach().flatten() for p in params])
+        def step(self, *args: Any, **kwargs: Any) -> Any:
+            return self.optimizer.step(*args, **kwargs)
+
+    def __init__(self, init_scale: float, growth_factor: float, backoff_factor: float, growth_interval: int):
+        self._scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_factor=growth_factor,
+                                            backoff_factor=backoff_factor, growth_interval=growth_interval)
+        self._params: Any = None
+
+    @property
+    def scale_value(self) -> float:
+        return self._scaler.get_scale()
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return self._scaler.scale(loss)
+
+    def _stand_in(self, params: Any) -> Any:
+        if self._params is None:
+            self._params = self._Params(params)
+        return self._params
+
+    def unscale_(self, params: Any) -> None:
+        self._scaler.unscale_(self._stand_in(params))
+
+    def step(self, optimizer: torch.optim.Optimizer, params: Any) -> None:
+        stand_in = self._stand_in(params)
+        stand_in.optimizer = optimizer
+        self._scaler.step(stand_in)
+
+    def update(self) -> None:
+        self._scaler.update()
+        self._params = None
 
 
 def expect_scaler(scaler_class: type, cases: Sequence[tuple[int, set[int], set[int], float, int, int]]) -> None:
-    """cases: (steps, overflow steps, steps that unscale explicitly to clip, init scale, growth interval, seed)."""
-    if isinstance(scaler_class, type) and issubclass(scaler_class, torch.amp.GradScaler):
-        raise CheckFailed("your own scaler class", f"{scaler_class.__name__}, a torch.amp.GradScaler",
-                          "the exercise fixes the hand-written scaler; GradScaler is what it is compared with.")
+    """cases: (steps, overflow steps, steps that unscale explicitly to clip, init scale, growth interval, seed).
+    The training runs in a scene (utils.course.scenes.ch03), once with the learner's class and once with GradScaler
+    behind the same interface, and the two are compared."""
     for steps, overflow_at, clip_at, init_scale, interval, seed in cases:
-        want_scales, want_w = _run_scaler(_GRADSCALER, steps, overflow_at, clip_at, init_scale, interval, seed)
+        case = (steps, tuple(sorted(overflow_at)), tuple(sorted(clip_at)), init_scale, interval, seed)
+        want = scaler_scene(_GradScalerReference, *case)
         with own_work(torch.amp.GradScaler):
-            got_scales, got_w = _run_scaler(scaler_class, steps, overflow_at, clip_at, init_scale, interval, seed)
+            got = observe(scaler_scene, scaler_class, *case)
+        if got["gradscaler"] is not None:
+            raise CheckFailed("your own scaler class", f"{got['gradscaler']}, a torch.amp.GradScaler",
+                              "the exercise fixes the hand-written scaler; GradScaler is what it is compared with.")
+        got_scales, want_scales = got["scales"], want["scales"]
         if got_scales != want_scales:
             first = next(i for i, (a, b) in enumerate(zip(got_scales, want_scales, strict=True)) if a != b)
             raise CheckFailed(f"scale {want_scales[first]:g} at step {first}", f"{got_scales[first]:g}",
                               "update() must use the overflow found by this step's unscale_.")
+        got_w, want_w = got["weights"], want["weights"]
         if not torch.allclose(got_w, want_w, rtol=1e-5, atol=1e-7):
             raise CheckFailed("the weights GradScaler's loop reaches (explicit unscale_ for clipping, then step)",
                               f"weights off by up to {(got_w - want_w).abs().max().item():.3g}",
@@ -218,19 +233,6 @@ def check_window(scale_window: Callable) -> Verdict:
 
 
 # 3.4 -------------------------------------------------------------------------------------------------------------
-def _setup_loop(seed: int, lr_kind: str) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any, list]:
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    if lr_kind == "step":
-        sched: Any = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.8)
-    else:
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
-    gen = torch.Generator().manual_seed(seed + 7)
-    batches = [(torch.randn(8, 5, generator=gen), 3 * torch.randn(8, 1, generator=gen)) for _ in range(12)]
-    return model, opt, sched, batches
-
-
 def _reference_loop(model, opt, sched, scaler, batches, after_backward, accum, max_norm) -> list[bool]:
     taken = []
     for start in range(0, len(batches), accum):
@@ -252,30 +254,19 @@ def _reference_loop(model, opt, sched, scaler, batches, after_backward, accum, m
 
 
 def expect_loop(train_loop: Callable, cases: Sequence[tuple[set[int], str, int, int, float]]) -> None:
-    """cases: (batches whose gradients overflow, "step" or "lambda" scheduler, seed, accumulation steps, max_norm)."""
+    """cases: (batches whose gradients overflow, "step" or "lambda" scheduler, seed, accumulation steps, max_norm).
+    The loop runs in a scene (utils.course.scenes.ch03), once with the learner's loop and once with the reference,
+    and the two are compared."""
     train_loop = guarded(train_loop, _reference_loop)
     for overflow_at, lr_kind, seed, accum, max_norm in cases:
-        runs = []
-        for fn in (_reference_loop, train_loop):
-            model, opt, sched, batches = _setup_loop(seed, lr_kind)
-            scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
-            first = next(model.parameters())
-
-            def after_backward(i: int, first=first, overflow_at=overflow_at) -> None:
-                if i in overflow_at:
-                    first.grad.view(-1)[0] = math.inf
-
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                stepped = fn(model, opt, sched, scaler, batches, after_backward, accum, max_norm)
-            warned = any("lr_scheduler.step()" in str(w.message) for w in caught)
-            runs.append((stepped, opt.param_groups[0]["lr"], torch.cat([p.detach().flatten()
-                                                                        for p in model.parameters()]), warned,
-                         scaler.get_scale()))
-        (want_steps, want_lr, want_w, _, want_scale), (got_steps, got_lr, got_w, warned, got_scale) = runs
+        case = (tuple(sorted(overflow_at)), lr_kind, seed, accum, max_norm)
+        want = loop_scene(_reference_loop, *case)
+        got = observe(loop_scene, train_loop, *case)
+        want_steps, want_lr, want_w, want_scale = (want[k] for k in ("steps", "lr", "weights", "scale"))
+        got_steps, got_lr, got_w, warned, got_scale = (got[k] for k in ("steps", "lr", "weights", "warned", "scale"))
         what = f"(accum={accum}, max_norm={max_norm:g}, overflows in batches {sorted(overflow_at)})"
-        if not isinstance(got_steps, list) or [bool(s) for s in got_steps] != want_steps:
-            raise CheckFailed(f"one entry per optimizer step, {want_steps} {what}", repr(got_steps),
+        if got_steps is None or got_steps != want_steps:
+            raise CheckFailed(f"one entry per optimizer step, {want_steps} {what}", got["returned"],
                               "one scaler.step/update per optimizer step (every `accum` batches); a step was "
                               "skipped when update() lowered the scale.")
         if got_scale != want_scale:

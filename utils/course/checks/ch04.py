@@ -9,10 +9,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from utils.course.checks.core import CheckFailed, Verdict, expect_reasoning, guarded, run_check
+from utils.course.checks.core import CheckFailed, Verdict, expect_reasoning, guarded, observe, run_check
+from utils.course.scenes.ch04 import clipped_step_scene
 from utils.ledger.architectures import PUBLISHED_PARAMS
 from utils.lessons.measure import optimizer_state_bytes, step_peak
-from utils.lessons.models import GPT, GPTConfig, gpt_batch, mlp
+from utils.lessons.models import GPT, GPTConfig, mlp
 
 
 def _answered(value: Any, name: str) -> Any:
@@ -192,43 +193,33 @@ def reference_clipped_step(model, optimizers, scaler, micro_batches, max_norm) -
     return total / len(micro_batches)
 
 
-def _two_optimizers(model: torch.nn.Module) -> list[torch.optim.Optimizer]:
-    """AdamW for the body, SGD with momentum for the LM head (as the colleague's script builds them)."""
-    head = [p for n, p in model.named_parameters() if n.startswith("head.")]
-    body = [p for n, p in model.named_parameters() if not n.startswith("head.")]
-    return [torch.optim.AdamW(body, lr=1e-2), torch.optim.SGD(head, lr=0.1, momentum=0.9)]
-
-
 def expect_clipped_step(train_step: Callable[..., float], cases: Sequence[tuple]) -> None:
-    """cases: (d_model, micro-batches, max_norm, init_scale, seed, steps)."""
+    """cases: (d_model, micro-batches, max_norm, init_scale, seed, steps). The steps run in a scene
+    (utils.course.scenes.ch04), once with the learner's step and once with the reference, and the two are compared
+    step by step."""
     train_step = guarded(train_step, reference_clipped_step)
-    for d_model, n_micro, max_norm, init_scale, seed, steps in cases:
-        cfg = GPTConfig(n_layer=1, d_model=d_model, n_head=4, seq_len=16, vocab_size=64)
-        torch.manual_seed(seed)
-        ref_model = GPT(cfg)
-        your_model = copy.deepcopy(ref_model)
-        micro = [gpt_batch(cfg, 2, seed=seed * 100 + i) for i in range(n_micro)]
-        runs = [(model, _two_optimizers(model), torch.amp.GradScaler("cpu", init_scale=init_scale,
-                                                                     growth_interval=2))
-                for model in (ref_model, your_model)]
+    for case in cases:
+        d_model, n_micro, max_norm, init_scale, seed, steps = case
+        want = clipped_step_scene(reference_clipped_step, *case)
+        got = observe(clipped_step_scene, train_step, *case)
         what = f"({n_micro} micro-batches, max_norm {max_norm}, init scale {init_scale:g})"
         for step in range(steps):
-            ref_loss = reference_clipped_step(*runs[0], micro, max_norm)
-            got = train_step(*runs[1], micro, max_norm)
-            if not isinstance(got, float) or abs(got - ref_loss) > 1e-3 * abs(ref_loss):
+            ref_loss, loss = want["losses"][step], got["losses"][step]
+            if loss is None or abs(loss - ref_loss) > 1e-3 * abs(ref_loss):
                 raise CheckFailed(f"the mean micro-batch loss {ref_loss:.5f} (a float) at step {step} {what}",
-                                  repr(got), "return the mean of the micro-batches' losses." if step == 0 else
-                                  "the previous update differed.")
-            for (name, p_ref), p_you in zip(ref_model.named_parameters(), your_model.parameters(), strict=True):
+                                  got["returned"][step], "return the mean of the micro-batches' losses." if step == 0
+                                  else "the previous update differed.")
+            for name, p_ref in want["params"][step].items():
+                p_you = got["params"][step][name]
                 if not torch.allclose(p_ref, p_you, rtol=1e-3, atol=1e-5):
                     raise CheckFailed(f"parameter {name} as a correct step leaves it after step {step} {what}",
                                       f"a max difference of {(p_ref - p_you).abs().max().item():.3g}",
                                       "accumulate the MEAN loss; clipping must see true gradients of BOTH "
                                       "optimizers (unscale_ each once, before clip_grad_norm_); one update() per "
                                       "step, after every optimizer has stepped.")
-        if runs[1][2].get_scale() != runs[0][2].get_scale():
-            raise CheckFailed(f"the scaler's scale {runs[0][2].get_scale():g} after {steps} steps {what}",
-                              f"{runs[1][2].get_scale():g}", "one scaler.update() per step, not per optimizer.")
+        if got["scale"] != want["scale"]:
+            raise CheckFailed(f"the scaler's scale {want['scale']:g} after {steps} steps {what}",
+                              f"{got['scale']:g}", "one scaler.update() per step, not per optimizer.")
 
 
 def check_clipped_step(train_step: Callable[..., float]) -> Verdict:

@@ -219,6 +219,16 @@ _TRUSTED_CODE_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.pr
                                   | {os.path.join(_COURSE_ROOT, d) + os.sep for d in ("utils", "grading")}))
 
 
+_INSTALLED_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}))
+
+
+def _installed(code: Any) -> bool:
+    """Whether a code object is Python's or an installed package's: never a copy of a check's reference, whatever
+    its bytecode (sympy's `_global_parameters.__init__` has GradScaler.__setstate__'s: `self.__dict__.update(...)`).
+    A copy of the learner's keeps the file of the code it copied, or the learner's cell."""
+    return os.path.realpath(code.co_filename).startswith(_INSTALLED_DIRS)
+
+
 def _learners(code: Any) -> bool:
     """Whether a code object is the learner's: not Python's, an installed package's, or the course's checks and
     grader (a cell's code lives in the kernel's temporary folder)."""
@@ -343,7 +353,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     def known(code: Any) -> tuple:
         """(code, its signature where copies are watched, whether a watched module's file holds it), kept in `seen`
         (which keeps the code alive, so that its id is not reused)."""
-        found = seen[id(code)] = (code, signature(code) if signatures else None,
+        found = seen[id(code)] = (code, signature(code) if signatures and not _installed(code) else None,
                                   bool(folders) and any(f in _module_of(code) for f in folders))
         return found
 
