@@ -740,6 +740,9 @@ EXEMPT_PREFIXES: dict[str, str] = {
                             "learner); "
                      "tested by the lab tests and the grader's planted submissions",
     "utils.validate.": "the validators themselves (test_validators_name_the_argument)",
+    "utils.course.scenes.": "a lab check's scenario, called only by its check with the check's own cases (the "
+                            "learner's answer is judged by the check, never validated here); tested by the lab tests "
+                            "and tests/test_grading_replay.py",
 }
 EXEMPT: dict[str, str] = {
     "utils.course.book.main": "command: tests/test_book.py builds the site through it",
