@@ -44,12 +44,42 @@ def test_answers_tuned_to_public_cases_fail_hidden_ones():
         hidden["4.1"](lambda autocast_dtype, input_dtype: dict(public))
     public_recipe = {(7, 5): {"autocast_dtype": torch.float16, "grad_scaler": True, "fp32_precision": "ieee"}}
 
-    def by_name(capability):
-        return public_recipe.get(tuple(capability), {"autocast_dtype": torch.bfloat16, "grad_scaler": False,
-                                                     "fp32_precision": "tf32"})
+    def by_name(capability, n_params, memory_bytes):
+        recipe = public_recipe.get(tuple(capability), {"autocast_dtype": torch.bfloat16, "grad_scaler": False,
+                                                       "fp32_precision": "tf32"})
+        return {**recipe, "weights": torch.float32 if 16 * n_params <= memory_bytes else None}
 
     with pytest.raises(CheckFailed):
         hidden["4.4"](by_name)
+
+
+def test_lab04_recipe_mistakes_fail_the_public_check(monkeypatch):
+    """Exercise 4.4: pure BF16 on a T4, autocast kept on a BF16 model, and a strict < at the budget fail; the
+    solution passes public and held-out cases."""
+    from utils.course.checks.ch04 import check_recipe
+
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    right, hidden = _solution_namespace()["choose_recipe"], _hidden()
+    assert check_recipe(right).status == "passed"
+    hidden["4.4"](right)
+
+    def bf16_anywhere(capability, n_params, memory_bytes):
+        out = right(capability, n_params, memory_bytes)
+        return {**out, "autocast_dtype": None, "weights": torch.bfloat16} if out["weights"] is None \
+            and 8 * n_params <= memory_bytes else out
+
+    def autocast_kept(capability, n_params, memory_bytes):
+        out = right(capability, n_params, memory_bytes)
+        return {**out, "autocast_dtype": torch.bfloat16} if out["weights"] == torch.bfloat16 else out
+
+    def strict(capability, n_params, memory_bytes):
+        return right(capability, n_params, memory_bytes - 1)
+
+    assert check_recipe(bf16_anywhere).status == "failed"
+    assert check_recipe(autocast_kept).status == "failed"
+    assert check_recipe(strict).status == "passed"  # no public case sits on the edge
+    with pytest.raises(CheckFailed):
+        hidden["4.4"](strict)
 
 
 def test_lab04_cuda_policy_on_the_cpu_fails(monkeypatch):

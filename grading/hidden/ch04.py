@@ -39,9 +39,14 @@ def clipped_step_cases(train_step) -> None:
 
 
 def recipe_cases(choose_recipe) -> None:
-    """V100, P100, A10G, L4, B200, and a consumer Blackwell."""
-    expect_recipes(choose_recipe, [("V100", (7, 0)), ("P100", (6, 0)), ("A10G", (8, 6)), ("L4", (8, 9)),
-                                   ("B200", (10, 0)), ("RTX 5090", (12, 0))])
+    """V100, P100, A10G, L4, B200 and a consumer Blackwell, with models that fit in FP32, only in pure BF16, in
+    neither, and exactly at the budget."""
+    gib = 2**30
+    expect_recipes(choose_recipe, [("V100", (7, 0), 1_000_000_000, 32 * gib), ("V100", (7, 0), 3_000_000_000, 32 * gib),
+                                   ("P100", (6, 0), 300_000_000, 16 * gib), ("P100", (6, 0), 2_000_000_000, 16 * gib),
+                                   ("A10G", (8, 6), 2_000_000_000, 24 * gib), ("L4", (8, 9), 7_000_000_000, 24 * gib),
+                                   ("B200", (10, 0), 11_000_000_000, 180 * gib),
+                                   ("RTX 5090", (12, 0), 2 * gib, 32 * gib), ("RTX 5090", (12, 0), 4 * gib, 32 * gib)])
 
 
 def training_state_cases(training_state_bytes) -> None:

@@ -229,39 +229,53 @@ def check_clipped_step(train_step: Callable[..., float]) -> Verdict:
 
 
 # 4.4 ------------------------------------------------------------------------------------------------------------
-RECIPE_KEYS = ("autocast_dtype", "grad_scaler", "fp32_precision")
+RECIPE_KEYS = ("autocast_dtype", "grad_scaler", "fp32_precision", "weights")
+# AdamW's training state per parameter (weights, gradients, two moments), as exercise 4.4 states it: FP32 weights
+# (under autocast or not) 4 + 4 + 8; pure BF16 (weights, gradients and moments in BF16) 2 + 2 + 4.
+STATE_BYTES = {"fp32": 16, "bf16": 8}
 
 
-def reference_recipe(capability: tuple[int, int]) -> dict[str, Any]:
+def reference_recipe(capability: tuple[int, int], n_params: int, memory_bytes: int) -> dict[str, Any]:
     major_minor = tuple(capability)
     if major_minor >= (8, 0):
-        return {"autocast_dtype": torch.bfloat16, "grad_scaler": False, "fp32_precision": "tf32"}
-    if major_minor >= (7, 0):
-        return {"autocast_dtype": torch.float16, "grad_scaler": True, "fp32_precision": "ieee"}
-    return {"autocast_dtype": None, "grad_scaler": False, "fp32_precision": "ieee"}
+        recipe = {"autocast_dtype": torch.bfloat16, "grad_scaler": False, "fp32_precision": "tf32"}
+    elif major_minor >= (7, 0):
+        recipe = {"autocast_dtype": torch.float16, "grad_scaler": True, "fp32_precision": "ieee"}
+    else:
+        recipe = {"autocast_dtype": None, "grad_scaler": False, "fp32_precision": "ieee"}
+    if STATE_BYTES["fp32"] * n_params <= memory_bytes:
+        return {**recipe, "weights": torch.float32}
+    if major_minor >= (8, 0) and STATE_BYTES["bf16"] * n_params <= memory_bytes:
+        return {**recipe, "autocast_dtype": None, "weights": torch.bfloat16}  # the model is BF16: no autocast
+    return {**recipe, "weights": None}
 
 
-def expect_recipes(choose_recipe: Callable[[tuple[int, int]], dict], cases: Sequence[tuple[str, tuple[int, int]]]
-                   ) -> None:
+def expect_recipes(choose_recipe: Callable[[tuple[int, int], int, int], dict],
+                   cases: Sequence[tuple[str, tuple[int, int], int, int]]) -> None:
+    """cases: (GPU, compute capability, parameters, memory in bytes)."""
     choose_recipe = guarded(choose_recipe, reference_recipe)
-    for gpu, capability in cases:
-        expected = reference_recipe(capability)
-        got = choose_recipe(capability)
+    for gpu, capability, n_params, memory in cases:
+        expected = reference_recipe(capability, n_params, memory)
+        got = choose_recipe(capability, n_params, memory)
         if not isinstance(got, dict) or set(got) != set(RECIPE_KEYS):
             raise CheckFailed(f"a dict with keys {RECIPE_KEYS}", repr(got))
+        where = (f"{n_params / 1e9:g}B parameters on a {gpu} with {memory / 2**30:g} GiB (compute capability "
+                 f"{capability[0]}.{capability[1]})")
         for key in RECIPE_KEYS:
             if got[key] != expected[key] or type(got[key]) is not type(expected[key]):
-                raise CheckFailed(f"{key} = {expected[key]!r} for a {gpu} (compute capability "
-                                  f"{capability[0]}.{capability[1]})", repr(got[key]),
-                                  "BF16 and TF32 need 8.0+ (Ampere): \"tf32\" from 8.0, \"ieee\" below it, where TF32 "
-                                  "does not exist; FP16 Tensor Cores need 7.0+ and FP16 needs a scaler; below 7.0 "
-                                  "half precision brings no Tensor Cores: stay in FP32.")
+                hint = ("FP32 weights need 16 B/param of state, pure BF16 8 B/param and BF16 Tensor Cores (8.0+); "
+                        "where neither fits, None." if key == "weights" else
+                        "a pure BF16 model needs no autocast (None); otherwise BF16 and TF32 need 8.0+ (Ampere): "
+                        "\"tf32\" from 8.0, \"ieee\" below it, where TF32 does not exist; FP16 Tensor Cores need "
+                        "7.0+ and FP16 needs a scaler; below 7.0 half precision brings no Tensor Cores: FP32.")
+                raise CheckFailed(f"{key} = {expected[key]!r} for {where}", repr(got[key]), hint)
 
 
-def check_recipe(choose_recipe: Callable[[tuple[int, int]], dict]) -> Verdict:
-    """Exercise 4.4: a precision recipe for a GPU, from its compute capability."""
-    return run_check("4.4", lambda: expect_recipes(choose_recipe, [("T4", (7, 5)), ("A100", (8, 0)),
-                                                                   ("H100", (9, 0))]), points=3)
+def check_recipe(choose_recipe: Callable[[tuple[int, int], int, int], dict]) -> Verdict:
+    """Exercise 4.4: a precision recipe from a GPU's compute capability and memory and the model's size."""
+    return run_check("4.4", lambda: expect_recipes(choose_recipe, [
+        ("T4", (7, 5), 500_000_000, 15 * 2**30), ("A100", (8, 0), 7_000_000_000, 80 * 2**30),
+        ("H100", (9, 0), 3_000_000_000, 80 * 2**30), ("T4", (7, 5), 1_500_000_000, 15 * 2**30)]), points=3)
 
 
 # 4.5 ------------------------------------------------------------------------------------------------------------
