@@ -60,7 +60,7 @@ def _record_and_replay(runner, ns: dict, exercise, hidden: str | None, modules: 
 
 # The exercises whose checks judge what the learner's code does to the objects it is handed (a model's gradients, a
 # scaler's state, the trials of a search, a run's peak): each observes a scene (utils.course.checks.core.observe).
-SCENES = ("3.2", "3.4", "4.3", "5.1", "5.4", "5.6", "6.1", "6.3", "6.5", "7.4", "9.3", "9.5")
+SCENES = ("1.5", "3.2", "3.4", "4.3", "5.1", "5.4", "5.6", "6.1", "6.3", "6.5", "7.3", "7.4", "7.5", "9.3", "9.5")
 # Every exercise's solution earning full marks through the replay is proven end to end by
 # tests/test_grade.py::test_every_solution_earns_full_marks_and_every_lab_none; REPLAY_ALL=1 runs it here, in-process.
 ALL = __import__("os").environ.get("REPLAY_ALL") == "1"
@@ -91,6 +91,55 @@ def test_a_scene_exercise_is_judged_in_the_graders_process(lab: str, monkeypatch
         assert combine(kernel, replayed, exercise.points)["points"] == exercise.points
         scenes = {item["scene"] for items in records.values() for item in items if "scene" in item}
         assert bool(scenes) == (exercise.id in SCENES), (exercise.id, scenes)
+
+
+_KEPT: list = []  # what the wrong answers below leave alive
+
+
+def _leaves_a_gradient(right):
+    def wrong(model, opt, batches):
+        history = right(model, opt, batches)
+        model(batches[0][0]).sum().backward()  # a .grad left on every parameter
+        return history
+    return wrong
+
+
+def _leaves_a_hook(right):
+    def wrong(model, opt, batches):
+        got = right(model, opt, batches)
+        model[0].register_forward_hook(lambda *_: None)  # a hook left on the model
+        return got
+    return wrong
+
+
+def _keeps_a_graph(right):
+    def wrong(model, train, val, steps):
+        losses = right(model, train, val, steps)
+        _KEPT.append(model(*val))  # a validation loss kept with its graph
+        return losses
+    return wrong
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("exercise, lab, name, spoil", [
+    ("1.5", "lab01_where_the_memory_goes.ipynb", "train_with_validation", _keeps_a_graph),
+    ("7.3", "lab07_memory_profiling.ipynb", "train_and_log", _leaves_a_gradient),
+    ("7.5", "lab07_memory_profiling.ipynb", "train_with_features", _leaves_a_hook)])
+def test_what_a_loop_leaves_alive_is_judged_in_the_graders_process(exercise, lab, name, spoil, monkeypatch) -> None:
+    """A loop that logs the right floats but leaves a graph, a gradient or a hook alive fails when graded: the
+    check reads what the loop left on the objects it was handed, so the scene reads it where the loop ran (these
+    three once replayed on returned values alone, and passed)."""
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    runner = _runner()
+    nb = read_notebook(next(LABS_DIR.glob(lab.replace(".ipynb", "*.ipynb"))))
+    hidden = hidden_path(_course(nb)["lab"])
+    ns = solution_namespace(lab)
+    ns[name] = spoil(ns[name])
+    found = next(e for e in lab_exercises(nb, _course(nb)["lab"]) if e.id == exercise)
+    kernel, replayed, _ = _record_and_replay(runner, ns, found, str(hidden), tuple(lab_check_imports(nb)))
+    assert kernel["status"] == "failed" and replayed["status"] == "failed", (kernel["message"], replayed["message"])
+    assert combine(kernel, replayed, found.points)["points"] == 0
 
 
 def test_a_scene_module_holds_no_reference_and_imports_no_check() -> None:

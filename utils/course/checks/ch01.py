@@ -4,8 +4,7 @@ ones through the same `expect_*` helpers, with the same arguments as the check c
 from __future__ import annotations
 
 import copy
-import gc
-import weakref
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,9 +19,11 @@ from utils.course.checks.core import (
     expect_equal,
     expect_reasoning,
     guarded,
+    observe,
     own_work,
     run_check,
 )
+from utils.course.scenes.ch01 import no_leak_scene
 from utils.ledger.budget import reported_bytes
 from utils.ledger.gpt import transformer_activation_bytes
 from utils.lessons.estimate import measure_step
@@ -304,47 +305,28 @@ def reference_losses(cfg: GPTConfig, steps: int, seed: int) -> tuple[list[float]
 
 
 def expect_no_leak(train_with_validation: Callable[..., Any], cfg: GPTConfig, steps: int, seed: int) -> None:
-    """Run the learner's loop under a saved-tensor hook that remembers (weakly) every activation saved; after it
-    returns, none may be alive, and the losses must be the reference ones, as Python floats."""
+    """The learner's loop runs in a scene (utils.course.scenes.ch01) under a saved-tensor hook that remembers
+    (weakly) every activation saved; after it returns, none may be alive, and the losses must be the reference
+    ones, as Python floats."""
     train_with_validation = guarded(train_with_validation, reference_losses)
     want_train, want_val = reference_losses(cfg, steps, seed)
-    torch.manual_seed(seed)
-    model = GPT(cfg)
-    train, val = gpt_batch(cfg, 4, seed=seed), gpt_batch(cfg, 4, seed=seed + 1)
-    keep_out = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *train, *val]}
-    saved: list[weakref.ref] = []
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.untyped_storage().data_ptr() not in keep_out and not isinstance(t, nn.Parameter):
-            saved.append(weakref.ref(t))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        result = train_with_validation(model, train, val, steps)
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise CheckFailed("a tuple (train_losses, val_losses)", type(result).__name__)
-    kinds = [sorted({type(v).__name__ for v in got}) if isinstance(got, list) else type(got).__name__
-             for got in result]
-    values = [[float(v.detach()) if isinstance(v, torch.Tensor) else float(v) for v in got]
-              if isinstance(got, list) else None for got in result]
-    del result
-    gc.collect()
-    alive = {id(t): t for t in (r() for r in saved) if t is not None}
-    alive_bytes = sum(t.untyped_storage().nbytes() for t in alive.values())
-    del alive
-    if alive_bytes:
+    got = observe(no_leak_scene, train_with_validation, dataclasses.asdict(cfg), steps, seed)
+    if got["kinds"] is None:
+        raise CheckFailed("a tuple (train_losses, val_losses)", got["type"])
+    if got["alive_bytes"]:
         raise CheckFailed("no activation alive after the loop returns",
-                          f"{alive_bytes:,} bytes of saved activations still alive",
+                          f"{got['alive_bytes']:,} bytes of saved activations still alive",
                           "a forward pass run with gradients enabled builds a graph that holds every saved tensor "
                           "until backward or until the last reference to its output goes: validate under "
                           "torch.no_grad(), and keep floats, not tensors.")
-    for name, kind, got, want in (("train_losses", kinds[0], values[0], want_train),
-                                  ("val_losses", kinds[1], values[1], want_val)):
+    for name, kind, values, want in (("train_losses", got["kinds"][0], got["values"][0], want_train),
+                                     ("val_losses", got["kinds"][1], got["values"][1], want_val)):
         if kind != ["float"]:
             raise CheckFailed(f"{name} as a list of Python floats", f"{kind}",
                               "a loss tensor is the root of its graph: .item() turns it into a float.")
-        if len(got) != len(want) or any(abs(a - b) > 1e-4 * max(1.0, abs(b)) for a, b in zip(got, want, strict=False)):
-            raise CheckFailed(f"{name} = {[round(v, 4) for v in want]}", [round(v, 4) for v in got],
+        if len(values) != len(want) or any(abs(a - b) > 1e-4 * max(1.0, abs(b))
+                                           for a, b in zip(values, want, strict=False)):
+            raise CheckFailed(f"{name} = {[round(v, 4) for v in want]}", [round(v, 4) for v in values],
                               "fix the leak without changing what the loop computes.")
 
 

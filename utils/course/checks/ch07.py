@@ -6,7 +6,6 @@ helpers (other statistics, models, budgets, failure phases), so an answer tuned 
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,6 +28,9 @@ from utils.course.scenes.ch07 import (  # the lab's trainer, importable from her
     PHASES,  # noqa: F401
     BudgetedTrainer,  # noqa: F401
     bug_in_step_scene,
+    features_scene,
+    leak_scene,
+    leak_setup,
     micro_batch_plan_scene,
 )
 from utils.lessons.allocator_model import CachingAllocatorModel
@@ -267,14 +269,6 @@ def check_kept_graph(prediction: int, reasoning: str, kept_loss_bytes: Callable[
 
 
 # 7.3 ------------------------------------------------------------------------------------------------------------
-def leak_setup(width: int, batches: int, batch: int, seed: int) -> tuple[nn.Module, torch.optim.Optimizer, list]:
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = [(torch.randn(batch, width), torch.randn(batch, 1)) for _ in range(batches)]
-    return model, opt, data
-
-
 def reference_train_and_log(model: nn.Module, opt: torch.optim.Optimizer, batches: list) -> dict[str, list[float]]:
     history: dict[str, list[float]] = {"train": [], "val": []}
     for x, y in batches:
@@ -289,32 +283,28 @@ def reference_train_and_log(model: nn.Module, opt: torch.optim.Optimizer, batche
 
 
 def expect_no_leak(train_and_log: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
+    """cases: (width, batches, batch size, seed). The loop runs in a scene (utils.course.scenes.ch07): what it
+    logged and what it leaves alive, compared with the reference loop's losses."""
     train_and_log = guarded(train_and_log, reference_train_and_log)
     for width, n, batch, seed in cases:
-        model, opt, data = leak_setup(width, n, batch, seed)
-        ref_model, ref_opt, ref_data = leak_setup(width, n, batch, seed)
-        expected = reference_train_and_log(ref_model, ref_opt, ref_data)
-        gc.collect()
-        history = train_and_log(model, opt, data)
-        if not isinstance(history, Mapping) or set(history) != {"train", "val"}:
-            raise CheckFailed("a dict {'train': [...], 'val': [...]}", repr(type(history).__name__))
+        expected = reference_train_and_log(*leak_setup(width, n, batch, seed))
+        got = observe(leak_scene, train_and_log, width, n, batch, seed)
+        if got["logged"] is None:
+            raise CheckFailed("a dict {'train': [...], 'val': [...]}", repr(got["type"]))
         for key in ("train", "val"):
-            values = history[key]
-            if not isinstance(values, list) or not all(type(v) is float for v in values):
+            logged = got["logged"][key]
+            if "kinds" not in logged or any(k != "float" for k in logged["kinds"]):
                 raise CheckFailed(f"history[{key!r}] as a list of Python floats (loss.item())",
-                                  repr([type(v).__name__ for v in values][:3]) if isinstance(values, list)
-                                  else type(values).__name__,
+                                  repr(logged["kinds"][:3]) if "kinds" in logged else logged["type"],
                                   "a kept tensor keeps its graph (or its storage) alive; .item() keeps a number.")
+            values = logged["values"]
             if len(values) != n or not all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
                                            for a, b in zip(values, expected[key], strict=True)):
                 raise CheckFailed(f"the {n} {key} losses of the unchanged training loop", "other values",
                                   "fix the leak without changing what is trained or logged.")
-        held = graph_held_bytes([p for p in model.parameters()] + [t for xy in data for t in xy])
-        grads = [p for p in model.parameters() if p.grad is not None]
-        if held or grads:
-            raise CheckFailed("no graph and no gradient alive after the loop", f"{held:,} B held by graphs, "
-                              f"{len(grads)} parameters with .grad", "zero_grad(set_to_none=True) after the step.")
-        del history, model, opt, data
+        if got["held"] or got["grads"]:
+            raise CheckFailed("no graph and no gradient alive after the loop", f"{got['held']:,} B held by graphs, "
+                              f"{got['grads']} parameters with .grad", "zero_grad(set_to_none=True) after the step.")
 
 
 def check_leak_fixed(train_and_log: Callable) -> Verdict:
@@ -417,39 +407,33 @@ def reference_train_with_features(model: nn.Module, opt: torch.optim.Optimizer, 
 
 
 def expect_features_fixed(train_with_features: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
-    """cases: (width, batches, batch size, seed)."""
+    """cases: (width, batches, batch size, seed). The loop runs in a scene (utils.course.scenes.ch07): what it
+    returns and leaves on the model, compared with the reference loop's."""
     train_with_features = guarded(train_with_features, reference_train_with_features)
     for width, n, batch, seed in cases:
-        model, opt, data = leak_setup(width, n, batch, seed)
-        ref_model, ref_opt, ref_data = leak_setup(width, n, batch, seed)
-        expected = reference_train_with_features(ref_model, ref_opt, ref_data)
-        got = train_with_features(model, opt, data)
-        if not isinstance(got, Mapping) or set(got) != {"mean_loss", "features"}:
-            raise CheckFailed("a dict {'mean_loss': float, 'features': [tensor per step]}", repr(got)[:80])
-        if type(got["mean_loss"]) is not float or not math.isclose(got["mean_loss"], expected["mean_loss"],
-                                                                    rel_tol=1e-5):
+        expected = reference_train_with_features(*leak_setup(width, n, batch, seed))
+        got = observe(features_scene, train_with_features, width, n, batch, seed)
+        if got["shape"] != "ok":
+            raise CheckFailed("a dict {'mean_loss': float, 'features': [tensor per step]}", got["shape"])
+        if got["mean_loss"] is None or not math.isclose(got["mean_loss"], expected["mean_loss"], rel_tol=1e-5):
             raise CheckFailed(f"mean_loss = {expected['mean_loss']:.6f} as a Python float",
-                              repr(got["mean_loss"])[:60], "a sum of loss tensors chains every step's graph into "
+                              got["mean_loss_repr"], "a sum of loss tensors chains every step's graph into "
                               "one: add loss.item().")
         feats = got["features"]
-        if not isinstance(feats, list) or len(feats) != n or not all(
-                isinstance(f, torch.Tensor) and torch.equal(f, e) for f, e in zip(feats, expected["features"],
-                                                                                  strict=False)):
+        if feats is None or len(feats) != n or not all(torch.equal(f, e) for f, e in zip(feats, expected["features"],
+                                                                                         strict=False)):
             raise CheckFailed(f"{n} feature tensors, model[1]'s output at each step", "other features",
                               "keep what the hook collects; change how it keeps it.")
-        held = graph_held_bytes([*feats, *(p for p in model.parameters()), *(t for xy in data for t in xy)])
-        if held or any(f.requires_grad for f in feats):
-            raise CheckFailed("features that hold no graph", f"{held:,} B of saved tensors held through them",
+        if got["held"] or got["requires_grad"]:
+            raise CheckFailed("features that hold no graph", f"{got['held']:,} B of saved tensors held through them",
                               "a forward hook's output is part of the graph: every kept output keeps its step's "
                               "graph alive. Keep output.detach().")
-        hooks = sum(len(m._forward_hooks) for m in model.modules())
-        if hooks:
+        if got["hooks"]:
             raise CheckFailed("no forward hook left on the model after the function returns",
-                              f"{hooks} hook(s) still registered", "every later forward would still append to the "
-                              "list: remove the handle in a finally block.")
-        if any(p.grad is not None for p in model.parameters()):
+                              f"{got['hooks']} hook(s) still registered", "every later forward would still append "
+                              "to the list: remove the handle in a finally block.")
+        if got["grads"]:
             raise CheckFailed("no gradient left", "parameters with .grad", "zero_grad(set_to_none=True).")
-        del got, feats, model, opt, data
 
 
 def check_features_fixed(train_with_features: Callable) -> Verdict:

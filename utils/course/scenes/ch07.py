@@ -1,5 +1,6 @@
-"""Scenes of lab 07's checks (memory profiling and out-of-memory debugging): what the learner's micro-batch search
-does with a training step that runs out of memory above a budget (utils.course.scenes explains the split)."""
+"""Scenes of lab 07's checks (memory profiling and out-of-memory debugging): what the learner's training loops leave
+alive (graphs, gradients, hooks), and what the learner's micro-batch search does with a training step that runs out
+of memory above a budget (utils.course.scenes explains the split)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,59 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from utils.lessons.profiling import graph_held_bytes
+
+
+def leak_setup(width: int, batches: int, batch: int, seed: int) -> tuple[nn.Module, torch.optim.Optimizer, list]:
+    """A small MLP, its SGD optimizer and `batches` (x, y) pairs: the loop of exercises 7.3 and 7.5."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = [(torch.randn(batch, width), torch.randn(batch, 1)) for _ in range(batches)]
+    return model, opt, data
+
+
+def _logged(values: Any) -> dict[str, Any]:
+    """A logged series as data: each entry's type, and its value where it is a Python float."""
+    if not isinstance(values, list):
+        return {"type": type(values).__name__}
+    return {"kinds": [type(v).__name__ for v in values], "values": [v if type(v) is float else None for v in values]}
+
+
+# 7.3 ------------------------------------------------------------------------------------------------------------
+def leak_scene(train_and_log: Callable, width: int, n: int, batch: int, seed: int) -> dict[str, Any]:
+    """The learner's loop over `n` batches: what it logged, and what it leaves alive when it returns (bytes held
+    by graphs reachable from the model and the data, parameters with a .grad)."""
+    model, opt, data = leak_setup(width, n, batch, seed)
+    gc.collect()
+    history = train_and_log(model, opt, data)
+    logged = ({key: _logged(history[key]) for key in ("train", "val")}
+              if isinstance(history, dict) and set(history) == {"train", "val"} else None)
+    return {"type": type(history).__name__, "logged": logged,
+            "held": graph_held_bytes([*model.parameters(), *(t for xy in data for t in xy)]),
+            "grads": sum(p.grad is not None for p in model.parameters())}
+
+
+# 7.5 ------------------------------------------------------------------------------------------------------------
+def features_scene(train_with_features: Callable, width: int, n: int, batch: int, seed: int) -> dict[str, Any]:
+    """The learner's feature-collecting loop: its mean loss, the features it kept (as values, with whether each
+    still requires grad), the bytes their graphs hold, the hooks left on the model and the gradients left."""
+    model, opt, data = leak_setup(width, n, batch, seed)
+    got = train_with_features(model, opt, data)
+    if not isinstance(got, dict) or set(got) != {"mean_loss", "features"}:
+        return {"shape": repr(got)[:80]}
+    feats = got["features"]
+    tensors = isinstance(feats, list) and all(type(f) is torch.Tensor for f in feats)
+    return {"shape": "ok", "mean_loss": got["mean_loss"] if type(got["mean_loss"]) is float else None,
+            "mean_loss_repr": repr(got["mean_loss"])[:60],
+            "features": [f.detach().clone() for f in feats] if tensors else None,
+            "requires_grad": any(f.requires_grad for f in feats) if tensors else False,
+            "held": graph_held_bytes([*(feats if tensors else []), *model.parameters(),
+                                      *(t for xy in data for t in xy)]),
+            "hooks": sum(len(m._forward_hooks) for m in model.modules()),
+            "grads": any(p.grad is not None for p in model.parameters())}
+
 
 # 7.4 ------------------------------------------------------------------------------------------------------------
 PHASES = ("forward", "backward", "optimizer")
