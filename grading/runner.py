@@ -700,8 +700,12 @@ def _watch_spec(watch: Any) -> dict[str, Any] | None:
             owner = getattr(t, "__self__", None)
             module = getattr(t, "__module__", None) or getattr(owner, "__name__", "")
             names.append(f"{module}:{t.__qualname__}")
+    direct = [f"{getattr(t, '__module__', None) or getattr(getattr(t, '__self__', None), '__name__', '')}:"
+              f"{t.__name__}" for t in watch.direct if inspect.isbuiltin(t)]  # a pybind11 qualname is not a path
     return {"codes": [base64.b64encode(marshal.dumps(c)).decode("ascii") for c in watch.codes], "names": names,
-            "dtypes": [str(d).removeprefix("torch.") for d in watch.dtypes], "modules": list(watch.modules)}
+            "dtypes": [str(d).removeprefix("torch.") for d in watch.dtypes], "modules": list(watch.modules),
+            "direct_codes": [base64.b64encode(marshal.dumps(c)).decode("ascii") for c in watch.direct_codes],
+            "direct_names": direct}
 
 
 def _resolve(name: str) -> Any:
@@ -730,8 +734,16 @@ def _watch_parts(spec: dict[str, Any] | None) -> tuple[list, dict[str, Any]] | N
             targets.append(_resolve(name))
         except (ImportError, AttributeError):  # a library this kernel does not have: nothing to call there
             pass
+    direct = []
+    for name in spec.get("direct_names", []):
+        try:
+            direct.append(_resolve(name))
+        except (ImportError, AttributeError):
+            pass
     return targets, {"dtypes": tuple(getattr(torch, d) for d in spec["dtypes"]), "modules": tuple(spec["modules"]),
-                     "codes": tuple(marshal.loads(base64.b64decode(c)) for c in spec["codes"])}
+                     "codes": tuple(marshal.loads(base64.b64decode(c)) for c in spec["codes"]),
+                     "direct": tuple(direct),
+                     "direct_codes": tuple(marshal.loads(base64.b64decode(c)) for c in spec.get("direct_codes", []))}
 
 
 def _answer(fn: Any, args: Any, kwargs: Any, memory_limit_mb: float | None = None, *,

@@ -142,6 +142,50 @@ def test_what_a_loop_leaves_alive_is_judged_in_the_graders_process(exercise, lab
     assert combine(kernel, replayed, found.points)["points"] == 0
 
 
+def _blind_decoder(blocks, x, memory, pad_mask):
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):  # hides what is saved from the meter
+        for block in blocks:
+            x = block(x, memory, pad_mask=pad_mask)
+    return x
+
+
+def _blind_block(block, x):
+    torch._C._autograd._push_saved_tensors_default_hooks(lambda t: t, lambda t: t)
+    try:
+        return block(x)
+    finally:
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+
+
+class _OwnHooks(torch.autograd.graph.saved_tensors_hooks):
+    pass
+
+
+def _blind_vit(vit, images):
+    with _OwnHooks(lambda t: t, lambda t: t):
+        return vit(images)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_plain_forward_that_blinds_the_meter_scores_zero(monkeypatch) -> None:
+    """Review s15's red team: no checkpoint at all, under the learner's own saved-tensor hook (which takes
+    precedence over the meter's, so the meter counts nothing), earned full marks on 5.1, 5.4 and 5.6. A hook set
+    by the learner's code (the class, a subclass, or torch's C function) now fails the check; torch's checkpoint
+    still sets its own."""
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    runner = _runner()
+    nb = read_notebook(next(LABS_DIR.glob("lab05_*.ipynb")))
+    name = _course(nb)["lab"]
+    ns = {**solution_namespace("lab05_gradient_checkpointing.ipynb"), "checkpoint_decoder": _blind_decoder,
+          "checkpointed_forward": _blind_block, "vit_forward": _blind_vit}
+    for exercise in (e for e in lab_exercises(nb, name) if e.id in ("5.1", "5.4", "5.6")):
+        kernel, replayed, _ = _record_and_replay(runner, ns, exercise, str(hidden_path(name)),
+                                                 tuple(lab_check_imports(nb)))
+        assert "from your code" in kernel["message"], (exercise.id, kernel["message"])
+        assert combine(kernel, replayed, exercise.points)["points"] == 0
+
+
 def test_a_scene_module_holds_no_reference_and_imports_no_check() -> None:
     """What runs beside the learner's code while grading (utils/course/scenes/) names no reference, truth or
     expected value, and imports nothing from the check modules (which would bring them into that process)."""

@@ -188,6 +188,8 @@ class Watch:
     modules: tuple
     codes: frozenset
     hits: list
+    direct: tuple = ()  # called from the learner's own code only (own_work's `direct`)
+    direct_codes: frozenset = frozenset()
 
 
 WATCHING: list[Watch] = []  # the own_work blocks running now, innermost last
@@ -307,7 +309,8 @@ def _module_of(code: Any) -> str:
 
 @contextlib.contextmanager
 def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = (), what: str = "",
-             codes: tuple[Any, ...] = ()) -> Iterator[None]:
+             codes: tuple[Any, ...] = (), direct: tuple[Any, ...] = (), direct_codes: tuple[Any, ...] = ()
+             ) -> Iterator[None]:
     """Fail the check when the code run inside the block calls any of `targets` (Python functions or classes, or
     builtins such as struct.unpack), a copy of one of them (the same bytecode under another name or code object),
     any torch function with one of `dtypes` as an argument, or anything of the packages named in `modules` (e.g.
@@ -322,16 +325,22 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     A submission that hands back the reference's answer by calling it earns nothing. Wrap only the learner's calls.
 
     `codes`: more code objects to watch (and to match copies of), for a process that has the targets' code but not
-    the targets (the grading kernel's answer process, grading/runner.py). While the block runs, WATCHING holds what
+    the targets (the grading kernel's answer process, grading/runner.py). `direct` (and `direct_codes`, their code
+    objects): functions, classes or builtins that count only when the learner's own code calls them, for the tools
+    a check measures with that libraries use too (a saved-tensor hook: torch's checkpoint sets one; the learner's
+    own one blinds the check's meter). While the block runs, WATCHING holds what
     it watches and what it found, so that a learner's call made in another process can be watched alike.
     """
     builtins = {id(t) for t in targets if inspect.isbuiltin(t)}
+    direct_builtins = {id(t) for t in direct if inspect.isbuiltin(t)}
+    direct_set = set(direct_codes).union(*(_codes(t) for t in direct if not inspect.isbuiltin(t)))
     # a C type's method (struct.Struct.unpack): every bound copy of it, on any instance of the type
     methods = {(t.__objclass__, t.__name__) for t in targets if inspect.ismethoddescriptor(t)}
     extra = set().union(*(_nested(c) for c in codes)) if codes else set()
     codes: set[Any] = extra.union(*(_codes(t) for t in targets
                                     if not inspect.isbuiltin(t) and not inspect.ismethoddescriptor(t)))
-    if not codes and not builtins and not methods and not dtypes and not modules:
+    if not codes and not builtins and not methods and not dtypes and not modules and not direct_set \
+            and not direct_builtins:
         raise ValueError("own_work needs a Python function, a class, a builtin, a dtype or a module to watch")
     # copies are matched on the targets' own functions (a lambda or a generator expression is too short and too
     # common to tell apart from the learner's; a copied function still runs the originals' nested code objects)
@@ -346,8 +355,8 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     # The hook runs at every call of the block (a decode over 65,536 bit patterns makes millions): a C call is
     # looked at further only when it is one of the functions below (one set lookup), or when methods or modules
     # are watched, which need its type or module.
-    watched_c = builtins | {id(f) for f in (*_WATCH_SWITCHES, _thread.start_new_thread, *_FRAME_READERS,
-                                            *_PROCESS_STARTS)}
+    watched_c = builtins | direct_builtins | {id(f) for f in (*_WATCH_SWITCHES, _thread.start_new_thread,
+                                                              *_FRAME_READERS, *_PROCESS_STARTS)}
     c_slow = bool(methods or modules)
 
     def known(code: Any) -> tuple:
@@ -369,9 +378,15 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                                 "your answer)")
                 elif in_module:
                     hits.append(f"a call to {code.co_name} of {modules[0]}")
+                elif code in direct_set and frame.f_back is not None and _learners(frame.f_back.f_code):
+                    hits.append(f"a call to {getattr(code, 'co_qualname', code.co_name)} from your code (it would "
+                                "change what the check measures)")
             elif event == "c_call" and (c_slow or id(arg) in watched_c) and not _graders(frame):
                 special = id(arg) in watched_c
-                if (special and id(arg) in builtins) or (methods and _bound_to(arg, methods)):
+                if special and id(arg) in direct_builtins and _learners(frame.f_code):
+                    hits.append(f"a call to {getattr(arg, '__name__', repr(arg))} from your code (it would "
+                                "change what the check measures)")
+                elif (special and id(arg) in builtins) or (methods and _bound_to(arg, methods)):
                     hits.append(f"a call to {getattr(arg, '__qualname__', repr(arg))}")
                 elif special and any(arg is s for s in _WATCH_SWITCHES) and frame.f_code is not _OWN_WORK_CODE:
                     hits.append(f"a call to sys.{arg.__name__} (switching off the check's watch)")
@@ -396,7 +411,8 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     if running:
         hits.append(f"a thread of your code ({running[0]}) running while the check calls your answer (a thread's "
                     "calls are not watched: shut your thread pools down, or do the work in the calling thread)")
-    WATCHING.append(Watch(targets, tuple(dtypes), tuple(modules), frozenset(codes), hits))
+    WATCHING.append(Watch(targets, tuple(dtypes), tuple(modules), frozenset(codes), hits, tuple(direct),
+                          frozenset(direct_set)))
     threading.setprofile(profile)
     sys.setprofile(profile)
     try:
@@ -440,20 +456,21 @@ def _graders(frame: Any) -> bool:
     return frame is not None and frame.f_code.co_filename.endswith(_GRADER_FILES)
 
 
-def guarded(fn: Any, *targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = ()) -> Any:
-    """`fn` (a learner's function) with each call run under `own_work(*targets, dtypes=dtypes, modules=modules)`;
-    anything that is not callable comes back unchanged, for the check to report."""
+def guarded(fn: Any, *targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple[str, ...] = (),
+            direct: tuple[Any, ...] = ()) -> Any:
+    """`fn` (a learner's function) with each call run under `own_work(*targets, dtypes=dtypes, modules=modules,
+    direct=direct)`; anything that is not callable comes back unchanged, for the check to report."""
     if not callable(fn):
         return fn
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        with own_work(*targets, dtypes=dtypes, modules=modules):
+        with own_work(*targets, dtypes=dtypes, modules=modules, direct=direct):
             return fn(*args, **kwargs)
 
     remote = fn.__dict__.get("observe") if type(fn) is types.FunctionType else None  # no learner's code runs
     if remote is not None:  # the grader's recorder: its scene runs elsewhere, under this watch (observe)
         def observe_remote(scene: Callable, case: tuple) -> Any:
-            with own_work(*targets, dtypes=dtypes, modules=modules):
+            with own_work(*targets, dtypes=dtypes, modules=modules, direct=direct):
                 return remote(scene, case)
 
         call.observe = observe_remote
