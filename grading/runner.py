@@ -945,29 +945,17 @@ def _answer_each(fn: Any, calls: list[dict], watch: tuple | None, rng: tuple | N
 
 def _observe_each(fn: Any, scene: Any, calls: list[dict], watch: tuple | None, rng: tuple | None,
                   memory_limit_mb: float | None) -> list[dict[str, Any]]:
-    """In the answer process: the replies to scene(fn, *case) for cases sent as data. The check's watch is entered
-    around each call of the learner's function `fn` the scene makes, not around the scene's own work; where `fn` is
-    a class (whose methods the scene calls), around the whole scene. What it finds comes back as the reply's hits."""
+    """In the answer process: the replies to scene(fn, *case) for cases sent as data, the check's watch open around
+    the whole scene (what the learner's code returns, a scaler or a factory's object, is driven by the scene after
+    the call; review s15's red team, A5), and, where the grader sealed this kernel, what the learner's code replaced
+    in the course's modules, torch or numpy during the scene (a meter swapped inside the call, A7) as hits."""
     import functools
 
-    import utils.course.checks.core as core
-
-    found: list[str] = []
-    learner = fn
-    if watch is not None and isinstance(fn, type):
-        replies = _answer_each(functools.partial(scene, fn), calls, watch, rng, memory_limit_mb)
-        return replies
-    if watch is not None:
-        def learner(*args: Any, **kwargs: Any) -> Any:
-            with core.own_work(*watch[0], **watch[1]):
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    found.extend(h for h in core.WATCHING[-1].hits if h not in found)
-
-    replies = _answer_each(functools.partial(scene, learner), calls, None, rng, memory_limit_mb)
-    for reply in replies:
-        reply["hits"] = list(found)
+    replies = _answer_each(functools.partial(scene, fn), calls, watch, rng, memory_limit_mb)
+    replaced = replaced_since_seal() if _finder() is not None else []
+    if replaced:
+        for reply in replies:
+            reply["hits"] = [*reply.get("hits", []), f"a replacement of {replaced[0]} (what the check measures with)"]
     return replies
 
 

@@ -186,6 +186,95 @@ def test_a_plain_forward_that_blinds_the_meter_scores_zero(monkeypatch) -> None:
         assert combine(kernel, replayed, exercise.points)["points"] == 0
 
 
+def _hidden_big_forward(model, micro_batches):
+    """6.1 without accumulation: one forward of the whole batch with the embedding's hooks taken off, then a 1-row
+    forward for a counter to see (review s15's red team, A3)."""
+    import torch.nn.functional as F
+
+    emb = model.get_input_embeddings()
+    hooks = dict(emb._forward_hooks)
+    emb._forward_hooks.clear()
+    try:
+        batch = {key: torch.cat([mb[key] for mb in micro_batches]) for key in micro_batches[0]}
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        t = batch["labels"][:, 1:]
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), t.flatten(), ignore_index=-100, label_smoothing=0.1,
+                               reduction="sum")
+        (loss / (t != -100).sum()).backward()
+    finally:
+        emb._forward_hooks.update(hooks)
+    with torch.no_grad():
+        emb(micro_batches[0]["input_ids"][:1])
+
+
+def _one_big_batch(model, micro_batches, weights):
+    """6.5 without accumulation: the big-batch backward itself (A4)."""
+    x, y = torch.cat([x for x, _ in micro_batches]), torch.cat([y for _, y in micro_batches])
+    torch.nn.functional.cross_entropy(model(x), y, weight=weights, ignore_index=-100).backward()
+
+
+class _LazyGradScaler:
+    """3.2 answered by torch.amp.GradScaler behind the exercise's interface, built after the factory returns (A5)."""
+
+    class _Params:
+        def __init__(self, params):
+            self.param_groups, self.optimizer = [{"params": list(params)}], None
+
+        def step(self, *args, **kwargs):
+            return self.optimizer.step(*args, **kwargs)
+
+    def __init__(self, kw):
+        self.kw, self.made, self.params = kw, None, None
+
+    def _scaler(self):
+        self.made = self.made or torch.amp.GradScaler("cpu", **self.kw)
+        return self.made
+
+    def _stand_in(self, params):  # one object per step: GradScaler keeps its per-optimizer state by identity
+        self.params = self.params or self._Params(params)
+        return self.params
+
+    @property
+    def scale_value(self):
+        return self._scaler().get_scale()
+
+    def scale(self, loss):
+        return self._scaler().scale(loss)
+
+    def unscale_(self, params):
+        self._scaler().unscale_(self._stand_in(params))
+
+    def step(self, optimizer, params):
+        stand_in = self._stand_in(params)
+        stand_in.optimizer = optimizer
+        self._scaler().step(stand_in)
+
+    def update(self):
+        self._scaler().update()
+        self.params = None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("exercise, lab, name, cheat", [
+    ("6.1", "lab06_gradient_accumulation.ipynb", "accumulate", _hidden_big_forward),
+    ("6.5", "lab06_gradient_accumulation.ipynb", "accumulate_weighted", _one_big_batch),
+    ("3.2", "lab03_loss_scaling.ipynb", "Scaler", lambda **kw: _LazyGradScaler(kw))])
+def test_a_counter_taken_off_or_a_library_behind_a_factory_scores_zero(exercise, lab, name, cheat,
+                                                                        monkeypatch) -> None:
+    """Review s15's red team: a forward the counter did not see (6.1), no accumulation at all (6.5), and
+    torch.amp.GradScaler built after a factory function returned (3.2) each earned full marks; each scores 0."""
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    runner = _runner()
+    nb = read_notebook(next(LABS_DIR.glob(lab.replace(".ipynb", "*.ipynb"))))
+    name_of_lab = _course(nb)["lab"]
+    ns = {**solution_namespace(lab), name: cheat}
+    found = next(e for e in lab_exercises(nb, name_of_lab) if e.id == exercise)
+    kernel, replayed, _ = _record_and_replay(runner, ns, found, str(hidden_path(name_of_lab)),
+                                             tuple(lab_check_imports(nb)))
+    assert combine(kernel, replayed, found.points)["points"] == 0, (kernel["message"], replayed["message"])
+
+
 def test_a_scene_module_holds_no_reference_and_imports_no_check() -> None:
     """What runs beside the learner's code while grading (utils/course/scenes/) names no reference, truth or
     expected value, and imports nothing from the check modules (which would bring them into that process)."""

@@ -606,7 +606,12 @@ INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "__self__
              # a process started by the answer runs outside the check's watch (review 34c, A5)
              "fork", "forkpty", "posix_spawn", "posix_spawnp", "subprocess", "multiprocessing", "_posixsubprocess",
              # ... or before the check, serving the reference from a helper process (review s5, F2)
-             "system", "popen", "Popen", "spawnv", "spawnve", "spawnl", "execv", "execve", "execl", "pty")
+             "system", "popen", "Popen", "spawnv", "spawnve", "spawnl", "execv", "execve", "execl", "pty",
+             # ... or the instruments a check's scene measures with, run beside the learner's code (review s15's red
+             # team: a saved-tensor hook, the dispatch mode of a peak meter, a forward-hook counter, raw memory)
+             "saved_tensors_hooks", "_push_saved_tensors_default_hooks", "_python_dispatch", "_disable_current_modes",
+             "_get_current_dispatch_mode", "_pop_mode", "_forward_hooks", "_forward_pre_hooks",
+             "_global_forward_hooks", "data_ptr")
 COMPUTED_GETATTR = "getattr with a computed attribute name"
 COMPUTED_IMPORT = "a module imported by a computed name"
 RUNS_SOURCE = ("exec", "eval", "compile", "__import__")  # called by their builtin names: code run from a string

@@ -66,6 +66,9 @@ def expect_token_normalised(accumulate: Callable, cases: Sequence[tuple[int, int
         seen = observe(token_normalised_scene, accumulate, k, n, seed, empty)
         reference = token_normalised_scene(_big_batch, k, n, seed, empty)
         rows, largest = seen["rows"], reference["largest"]
+        if not seen["counted"]:
+            raise CheckFailed("the check's count of the model's forwards left in place", "a forward hook removed, or a "
+                              "forward it did not see", "run the model as it is: the check counts its forwards.")
         if not rows or max(rows) > largest:
             raise CheckFailed(f"one forward per micro-batch of at most {largest} sequences",
                               f"forwards of {rows} sequences" if rows else "no forward",
@@ -295,9 +298,18 @@ def expect_weighted_accumulation(accumulate_weighted: Callable, cases: Sequence[
     accumulation runs in a scene (utils.course.scenes.ch06), once with the learner's function, once with that
     big-batch backward."""
     for k, n, classes, seed, ignored in cases:
-        grads = observe(weighted_scene, accumulate_weighted, k, n, classes, seed, ignored)["grads"]
+        seen = observe(weighted_scene, accumulate_weighted, k, n, classes, seed, ignored)
+        grads = seen["grads"]
         reference = weighted_scene(_big_batch_weighted, k, n, classes, seed, ignored)["grads"]
         what = f"k = {k}, {n} images, {classes} weighted classes, {ignored} ignored labels"
+        if not seen["counted"]:
+            raise CheckFailed("the check's count of the model's forwards left in place", "a forward hook removed, or a "
+                              "forward it did not see", "run the model as it is: the check counts its forwards.")
+        if not seen["rows"] or max(seen["rows"]) > seen["largest"]:
+            raise CheckFailed(f"one forward per micro-batch of at most {seen['largest']} images ({what})",
+                              f"forwards of {seen['rows']} images" if seen["rows"] else "no forward",
+                              "accumulation exists because the whole batch does not fit: run the model on each "
+                              "micro-batch, never on the concatenated batch.")
         if any(g is None or not torch.isfinite(g).all() for g in grads):
             raise CheckFailed(f"finite gradients on every parameter ({what})", "a missing or non-finite .grad",
                               "a micro-batch whose labels are all ignored has zero weight: skip it or use "

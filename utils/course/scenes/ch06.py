@@ -4,7 +4,8 @@ how many sequences each of its forwards runs, and what two optimizer steps leave
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -48,20 +49,35 @@ def token_setup(k: int, n: int, seed: int, empty: int) -> tuple[nn.Module, list[
                    for parts in zip(*(t.chunk(k) for t in batch.values()), strict=True)]
 
 
+@contextlib.contextmanager
+def counted_rows(module: nn.Module) -> Iterator[dict[str, Any]]:
+    """The rows (the batch dimension of its first input) of each forward of `module`, seen twice: by a hook on the
+    module and by a global module hook (torch.nn.modules.module.register_module_forward_hook). A forward one of
+    them did not see, or a hook gone by the end, is a counter taken off (review s15's red team, A3)."""
+    seen: dict[str, Any] = {"rows": [], "global": [], "intact": False}
+    local = module.register_forward_hook(lambda _m, args, _o: seen["rows"].append(int(args[0].shape[0])))
+    everywhere = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, args, _o: seen["global"].append(int(args[0].shape[0])) if m is module else None)
+    try:
+        yield seen
+    finally:
+        seen["intact"] = (local.id in module._forward_hooks
+                          and everywhere.id in torch.nn.modules.module._global_forward_hooks
+                          and seen["rows"] == seen["global"])
+        local.remove()
+        everywhere.remove()
+
+
 def token_normalised_scene(accumulate: Callable, k: int, n: int, seed: int, empty: int) -> dict[str, Any]:
     """`accumulate(model, micro_batches)` on exercise 6.1's start: the largest micro-batch (counted before the
     call), the number of sequences each forward of the model runs, and each parameter's .grad afterwards."""
     model, micro_batches = token_setup(k, n, seed, empty)
     largest = max(len(mb["input_ids"]) for mb in micro_batches)
-    rows: list[int] = []
-    hook = model.get_input_embeddings().register_forward_hook(
-        lambda _m, args, _o, seen=rows: seen.append(int(args[0].shape[0])))
-    try:
+    with counted_rows(model.get_input_embeddings()) as seen:
         accumulate(model, micro_batches)
-    finally:
-        hook.remove()
     names, grads = zip(*((name, p.grad) for name, p in model.named_parameters()), strict=True)
-    return {"largest": largest, "rows": rows, "names": list(names), "grads": list(grads)}
+    return {"largest": largest, "rows": seen["rows"], "counted": seen["intact"], "names": list(names),
+            "grads": list(grads)}
 
 
 # 6.3 -------------------------------------------------------------------------------------------------------------
@@ -130,7 +146,11 @@ def weighted_setup(classes: int, n: int, seed: int, ignored: int) -> tuple[nn.Mo
 def weighted_scene(accumulate_weighted: Callable, k: int, n: int, classes: int, seed: int,
                    ignored: int) -> dict[str, Any]:
     """`accumulate_weighted(model, micro_batches, weights)` on weighted_setup's CNN and batch in k micro-batches of
-    (images, labels): each parameter's .grad afterwards (None where it has none)."""
+    (images, labels): each parameter's .grad afterwards (None where it has none), the largest micro-batch and the
+    images each forward of the model ran."""
     model, x, y, weights = weighted_setup(classes, n, seed, ignored)
-    accumulate_weighted(model, list(zip(x.chunk(k), y.chunk(k), strict=True)), weights.clone())
-    return {"grads": [p.grad for p in model.parameters()]}
+    micro_batches = list(zip(x.chunk(k), y.chunk(k), strict=True))
+    with counted_rows(model[0]) as seen:
+        accumulate_weighted(model, micro_batches, weights.clone())
+    return {"grads": [p.grad for p in model.parameters()], "largest": max(len(mb[0]) for mb in micro_batches),
+            "rows": seen["rows"], "counted": seen["intact"]}
