@@ -120,10 +120,29 @@ PLANTED = {
 }
 
 
-# The untouched labs graded here: one of each way the grader runs a check (recorded in an answer process: 00; in the
-# kernel: 04's training step and its scaler; on the calling thread: 09's peak) and the fixture's challenge. That every
+# The untouched labs graded here: one of each way the grader runs a check (calls answered in an answer process: 00;
+# scenes observed there: 04's training step and its scaler, 09's peak) and the fixture's challenge. That every
 # check of every lab refuses the placeholders' None and `...` is tested in-process (tests/test_check_gaming.py).
 UNTOUCHED = {"lab00_warmup", "lab04_automatic_mixed_precision", "lab09_capstone_fit_a_model", FIXTURE}
+
+
+# Review s15's red team, A7: while the learner's 5.4 answer runs (in the grader's answer process, inside the
+# check's scene), it replaces the scene module's meter, which the scene reads after the call.
+SCENE_TAMPER = """def checkpointed_forward(block, x):
+    import sys
+    scene = sys.modules.get("utils.course.scenes.ch05")
+    if scene is not None:
+        scene.saved_activation_bytes = lambda fn, *args, **kwargs: 0
+    return block(x)
+"""
+
+
+def scene_tamper_notebook(labs: Path, folder: Path) -> None:
+    nb = nbformat.read(next(labs.glob("lab05_*.ipynb")), as_version=4)
+    for cell in nb.cells:
+        if course_metadata(cell).get("exercise") == "5.4":
+            cell.source = SCENE_TAMPER
+    nbformat.write(nb, folder / "scene_tamper_lab05_gradient_checkpointing.ipynb")
 
 
 def stack_walk_notebooks(labs: Path, folder: Path) -> dict[str, list[str]]:
@@ -167,6 +186,7 @@ def graded(tmp_path_factory):
     odd.metadata["course"] = ["not", "a", "mapping"]
     nbformat.write(odd, planted / "metadata_list_lab00_warmup.ipynb")
     stack_walk = stack_walk_notebooks(labs, planted)
+    scene_tamper_notebook(labs, planted)
     for path in sorted(solutions.glob("*.ipynb")):
         shutil.copy(path, course / f"solution_{path.name}")
         if path.stem in UNTOUCHED:
@@ -311,6 +331,16 @@ def test_answers_that_walk_the_stack_score_zero(graded):
             assert row[f"ex {exercise}"] == "0", (lab, exercise, row["notes"])
             assert f"exercise {exercise} uses inspect" in row["read by hand"], row["read by hand"]
         assert row["total"] == "0", (lab, row["notes"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_meter_replaced_inside_a_scene_scores_zero(graded):
+    """Review s15's red team, A7: the plain block (no checkpoint) with the scene module's saved-bytes meter replaced
+    from inside the learner's call earned 5.4's 3 points; the answer process now reports the replacement."""
+    row = graded["rows"]["lab05_gradient_checkpointing"]["scene_tamper_lab05_gradient_checkpointing.ipynb"]
+    assert row["ex 5.4"] == "0", row["notes"]
+    assert "utils.course.scenes.ch05.saved_activation_bytes" in row["notes"], row["notes"]
 
 
 @pytest.mark.slow
