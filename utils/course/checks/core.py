@@ -169,14 +169,19 @@ MIN_SIGNATURE_BYTES = 48  # shorter bytecode (a one-line formula) is too likely 
 def signature(code: Any) -> tuple | None:
     """What a copy of a function's code keeps whatever it is renamed to (`code.replace(co_name=...)`, a new
     `types.FunctionType`, or its source pasted under another name): its bytecode and the names and constants it
-    uses, its docstring aside (a copy with only its docstring changed is still a copy, review 34c, A4). None for
-    bytecode too short to tell a copy from an honest one-liner."""
+    uses, its docstring aside (a copy with only its docstring changed is still a copy, review 34c, A4), and its
+    arguments' shape (sympy's `_global_parameters.__init__(self, **kwargs)` has the bytecode of GradScaler's
+    `__setstate__(self, state)`, `self.__dict__.update(...)`). None for bytecode too short to tell a copy from an
+    honest one-liner. Python 3.11 compiles `torch.autocast(...)` differently where the module imports torch (the
+    check's) than where it does not (a cell): a pasted reference then differs, and so does an honest fix typed like
+    it, which a debug exercise's reference is; both are the learner's to write (review s15's red team, A9)."""
     if len(code.co_code) < MIN_SIGNATURE_BYTES:
         return None
     consts = [signature(c) if inspect.iscode(c) else repr(c) for c in code.co_consts]
     if consts and isinstance(code.co_consts[0], str) and code.co_name != "<module>":
         consts[0] = "a docstring"  # a function's first constant is its docstring when it has one (or None)
-    return (code.co_code, code.co_names, tuple(consts))
+    return (code.co_code, code.co_names, tuple(consts), code.co_argcount, code.co_posonlyargcount,
+            code.co_kwonlyargcount, code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS))
 
 
 @dataclass(frozen=True)
@@ -219,16 +224,6 @@ _FRAME_READER_CODES = frozenset(f.__code__ for f in (inspect.currentframe, inspe
 _COURSE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
 _TRUSTED_CODE_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
                                   | {os.path.join(_COURSE_ROOT, d) + os.sep for d in ("utils", "grading")}))
-
-
-_INSTALLED_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}))
-
-
-def _installed(code: Any) -> bool:
-    """Whether a code object is Python's or an installed package's: never a copy of a check's reference, whatever
-    its bytecode (sympy's `_global_parameters.__init__` has GradScaler.__setstate__'s: `self.__dict__.update(...)`).
-    A copy of the learner's keeps the file of the code it copied, or the learner's cell."""
-    return os.path.realpath(code.co_filename).startswith(_INSTALLED_DIRS)
 
 
 def _learners(code: Any) -> bool:
@@ -362,7 +357,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     def known(code: Any) -> tuple:
         """(code, its signature where copies are watched, whether a watched module's file holds it), kept in `seen`
         (which keeps the code alive, so that its id is not reused)."""
-        found = seen[id(code)] = (code, signature(code) if signatures and not _installed(code) else None,
+        found = seen[id(code)] = (code, signature(code) if signatures else None,
                                   bool(folders) and any(f in _module_of(code) for f in folders))
         return found
 
