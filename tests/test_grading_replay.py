@@ -275,6 +275,34 @@ def test_a_counter_taken_off_or_a_library_behind_a_factory_scores_zero(exercise,
     assert combine(kernel, replayed, found.points)["points"] == 0, (kernel["message"], replayed["message"])
 
 
+def _unmetered(right):
+    def wrong(*args):
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():  # the peak meter (a dispatch mode) sees nothing of the run
+            return right(*args)
+    return wrong
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("exercise, name", [("9.3", "finetune"), ("9.5", "chunked_loss")])
+def test_a_run_hidden_from_the_peak_meter_scores_zero(exercise, name, monkeypatch) -> None:
+    """Review s15's red team, A2: the colleague's buggy script (9.3) and the full loss (9.5), run with torch's
+    dispatch modes switched off so that the scene's peak meter saw nothing, earned full marks; switching the modes
+    off from the learner's code now fails the check."""
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    runner = _runner()
+    nb = read_notebook(next(LABS_DIR.glob("lab09_*.ipynb")))
+    lab = _course(nb)["lab"]
+    ns = solution_namespace("lab09_capstone_fit_a_model.ipynb")
+    ns[name] = _unmetered(ns[name])
+    found = next(e for e in lab_exercises(nb, lab) if e.id == exercise)
+    kernel, replayed, _ = _record_and_replay(runner, ns, found, str(hidden_path(lab)), tuple(lab_check_imports(nb)))
+    assert "_disable_current_modes from your code" in kernel["message"], kernel["message"]
+    assert combine(kernel, replayed, found.points)["points"] == 0
+
+
 def test_a_scene_module_holds_no_reference_and_imports_no_check() -> None:
     """What runs beside the learner's code while grading (utils/course/scenes/) names no reference, truth or
     expected value, and imports nothing from the check modules (which would bring them into that process)."""

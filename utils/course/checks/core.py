@@ -328,7 +328,8 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
     """
     builtins = {id(t) for t in targets if inspect.isbuiltin(t)}
     direct_builtins = {id(t) for t in direct if inspect.isbuiltin(t)}
-    direct_set = set(direct_codes).union(*(_codes(t) for t in direct if not inspect.isbuiltin(t)))
+    direct_set = {c for c in set(direct_codes).union(*(_codes(t) for t in direct if not inspect.isbuiltin(t)))
+                  if not c.co_filename.endswith(_CONTEXTLIB)}  # a @contextmanager's shared wrapper is not it
     # a C type's method (struct.Struct.unpack): every bound copy of it, on any instance of the type
     methods = {(t.__objclass__, t.__name__) for t in targets if inspect.ismethoddescriptor(t)}
     extra = set().union(*(_nested(c) for c in codes)) if codes else set()
@@ -373,7 +374,7 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                                 "your answer)")
                 elif in_module:
                     hits.append(f"a call to {code.co_name} of {modules[0]}")
-                elif code in direct_set and frame.f_back is not None and _learners(frame.f_back.f_code):
+                elif code in direct_set and _called_by_learner(frame):
                     hits.append(f"a call to {getattr(code, 'co_qualname', code.co_name)} from your code (it would "
                                 "change what the check measures)")
             elif event == "c_call" and (c_slow or id(arg) in watched_c) and not _graders(frame):
@@ -428,6 +429,18 @@ def own_work(*targets: Any, dtypes: tuple[torch.dtype, ...] = (), modules: tuple
                           "implementation are what your answer is compared with, not a way to produce it.")
     if failure is not None:
         raise failure
+
+
+_CONTEXTLIB = os.path.join("", "contextlib.py")
+
+
+def _called_by_learner(frame: Any) -> bool:
+    """Whether the function running in `frame` was called by the learner's code, through contextlib where it is a
+    @contextmanager entered by a `with` of the learner's."""
+    caller = frame.f_back
+    while caller is not None and caller.f_code.co_filename.endswith(_CONTEXTLIB):
+        caller = caller.f_back
+    return caller is not None and _learners(caller.f_code)
 
 
 def _bound_to(method: Any, methods: set[tuple[type, str]]) -> bool:
