@@ -1,5 +1,5 @@
 """Review 34c, A8/A13/A14: a learner's cell that replaces a function the grader's verdict passes through (the review
-replaced `IPython.display.display` and turned every in-kernel verdict into "passed") leaves the grader's cell with
+replaced `IPython.display.display` and turned every kernel verdict into "passed") leaves the grader's cell with
 no verdict (0 points). The seal takes a fingerprint before the learner's first cell; each grader cell names what the
 learner's code replaced or added since.
 Fast: grading/runner.py's fingerprint in this process, with a stand-in seal (the full grading run of such a
@@ -60,7 +60,7 @@ def test_every_way_of_replacing_is_named(runner, monkeypatch, how):
     elif how == "added":  # an attribute the class did not have, shadowing an inherited method (review s5)
         monkeypatch.setattr(torch.Tensor, "allclose", lambda self, *a, **k: True, raising=False)
         named = "torch.Tensor.allclose"
-    elif how == "weakref":  # a module an in-kernel check measures with (9.3's peak; review s5: not watched)
+    elif how == "weakref":  # a module a scene measures with (9.3's peak; review s5: not watched)
         monkeypatch.setattr(weakref, "finalize", type("F", (), {"__init__": lambda self, *a, **k: None}))
         named = "weakref.finalize"
     elif how == "partial":  # the learner's function behind a library wrapper
