@@ -294,7 +294,7 @@ class _DtypeWatch(torch.overrides.TorchFunctionMode):
         named = None if self.hits else self._format((*args, *kwargs.values()))
         out = func(*args, **kwargs)
         if not self.hits and (named := named or self._format((out,))) is not None:
-            self.hits.append(f"torch's {getattr(func, '__name__', 'cast')} to {named}")
+            self.hits.append(f"torch's {getattr(func, '__name__', 'cast')}(...) into {named}")
         return out
 
 
