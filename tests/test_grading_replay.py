@@ -207,6 +207,16 @@ def _hidden_big_forward(model, micro_batches):
         emb(micro_batches[0]["input_ids"][:1])
 
 
+def _forward_by_method(model, micro_batches, weights):
+    """6.5 without accumulation, the first layer run by `.forward` (no hooks), then each micro-batch through it for
+    the counters (review s15's second red team, V3)."""
+    x, y = torch.cat([x for x, _ in micro_batches]), torch.cat([y for _, y in micro_batches])
+    torch.nn.functional.cross_entropy(model[1:](model[0].forward(x)), y, weight=weights, ignore_index=-100).backward()
+    with torch.no_grad():
+        for xb, _ in micro_batches:
+            model[0](xb)
+
+
 def _one_big_batch(model, micro_batches, weights):
     """6.5 without accumulation: the big-batch backward itself (A4)."""
     x, y = torch.cat([x for x, _ in micro_batches]), torch.cat([y for _, y in micro_batches])
@@ -259,6 +269,7 @@ class _LazyGradScaler:
 @pytest.mark.parametrize("exercise, lab, name, cheat", [
     ("6.1", "lab06_gradient_accumulation.ipynb", "accumulate", _hidden_big_forward),
     ("6.5", "lab06_gradient_accumulation.ipynb", "accumulate_weighted", _one_big_batch),
+    ("6.5", "lab06_gradient_accumulation.ipynb", "accumulate_weighted", _forward_by_method),
     ("3.2", "lab03_loss_scaling.ipynb", "Scaler", lambda **kw: _LazyGradScaler(kw))])
 def test_a_counter_taken_off_or_a_library_behind_a_factory_scores_zero(exercise, lab, name, cheat,
                                                                         monkeypatch) -> None:
@@ -284,10 +295,23 @@ def _unmetered(right):
     return wrong
 
 
+def _popped(right):
+    def wrong(*args):
+        meter = torch._C._pop_torch_dispatch_stack(None)  # torch's C function under _disable_current_modes (V2)
+        try:
+            return right(*args)
+        finally:
+            torch._C._push_on_torch_dispatch_stack(meter)
+    return wrong
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("exercise, name", [("9.3", "finetune"), ("9.5", "chunked_loss")])
-def test_a_run_hidden_from_the_peak_meter_scores_zero(exercise, name, monkeypatch) -> None:
+@pytest.mark.parametrize("exercise, name, hide, named", [
+    ("9.3", "finetune", _unmetered, "_disable_current_modes"), ("9.5", "chunked_loss", _unmetered,
+                                                                 "_disable_current_modes"),
+    ("9.5", "chunked_loss", _popped, "_pop_torch_dispatch_stack")])
+def test_a_run_hidden_from_the_peak_meter_scores_zero(exercise, name, hide, named, monkeypatch) -> None:
     """Review s15's red team, A2: the colleague's buggy script (9.3) and the full loss (9.5), run with torch's
     dispatch modes switched off so that the scene's peak meter saw nothing, earned full marks; switching the modes
     off from the learner's code now fails the check."""
@@ -296,10 +320,10 @@ def test_a_run_hidden_from_the_peak_meter_scores_zero(exercise, name, monkeypatc
     nb = read_notebook(next(LABS_DIR.glob("lab09_*.ipynb")))
     lab = _course(nb)["lab"]
     ns = solution_namespace("lab09_capstone_fit_a_model.ipynb")
-    ns[name] = _unmetered(ns[name])
+    ns[name] = hide(ns[name])
     found = next(e for e in lab_exercises(nb, lab) if e.id == exercise)
     kernel, replayed, _ = _record_and_replay(runner, ns, found, str(hidden_path(lab)), tuple(lab_check_imports(nb)))
-    assert "_disable_current_modes from your code" in kernel["message"], kernel["message"]
+    assert f"{named} from your code" in kernel["message"], kernel["message"]
     assert combine(kernel, replayed, found.points)["points"] == 0
 
 

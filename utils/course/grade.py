@@ -611,7 +611,8 @@ INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "__self__
              # team: a saved-tensor hook, the dispatch mode of a peak meter, a forward-hook counter, raw memory)
              "saved_tensors_hooks", "_push_saved_tensors_default_hooks", "_python_dispatch", "_disable_current_modes",
              "_get_current_dispatch_mode", "_pop_mode", "_forward_hooks", "_forward_pre_hooks",
-             "_global_forward_hooks", "data_ptr")
+             "_global_forward_hooks", "data_ptr", "_pop_torch_dispatch_stack", "_push_on_torch_dispatch_stack",
+             "_get_dispatch_stack_at", "_pop_saved_tensors_default_hooks", "_saved_tensors_hooks_disable")
 COMPUTED_GETATTR = "getattr with a computed attribute name"
 COMPUTED_IMPORT = "a module imported by a computed name"
 RUNS_SOURCE = ("exec", "eval", "compile", "__import__")  # called by their builtin names: code run from a string

@@ -152,7 +152,8 @@ def check_lora_prediction(prediction: Any, reasoning: Any, count_trainable: Call
 _DISPATCH = torch.utils._python_dispatch
 MODE_SWITCHES = (_DISPATCH._disable_current_modes, _DISPATCH._pop_mode, _DISPATCH._pop_mode_temporarily,
                  _DISPATCH._get_current_dispatch_mode, _DISPATCH._get_current_dispatch_mode_stack,
-                 torch._C._unset_dispatch_mode, torch._C._set_dispatch_mode)
+                 torch._C._unset_dispatch_mode, torch._C._set_dispatch_mode, torch._C._pop_torch_dispatch_stack,
+                 torch._C._push_on_torch_dispatch_stack, torch._C._get_dispatch_stack_at)
 
 
 # 9.3 -------------------------------------------------------------------------------------------------------------

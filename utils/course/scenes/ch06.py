@@ -51,19 +51,29 @@ def token_setup(k: int, n: int, seed: int, empty: int) -> tuple[nn.Module, list[
 
 @contextlib.contextmanager
 def counted_rows(module: nn.Module) -> Iterator[dict[str, Any]]:
-    """The rows (the batch dimension of its first input) of each forward of `module`, seen twice: by a hook on the
-    module and by a global module hook (torch.nn.modules.module.register_module_forward_hook). A forward one of
-    them did not see, or a hook gone by the end, is a counter taken off (review s15's red team, A3)."""
-    seen: dict[str, Any] = {"rows": [], "global": [], "intact": False}
+    """The rows (the batch dimension of its first input) of each forward of `module`, seen three times: by a hook on
+    the module, by a global module hook (torch.nn.modules.module.register_module_forward_hook) and by its forward
+    method. A forward one of them did not see, or a counter gone by the end, is a counter taken off (review s15's
+    red team, A3 and V3)."""
+    seen: dict[str, Any] = {"rows": [], "global": [], "forward": [], "intact": False}
     local = module.register_forward_hook(lambda _m, args, _o: seen["rows"].append(int(args[0].shape[0])))
     everywhere = torch.nn.modules.module.register_module_forward_hook(
         lambda m, args, _o: seen["global"].append(int(args[0].shape[0])) if m is module else None)
+    forward = module.forward  # a third count: `module.forward(x)` skips the hooks, not this (red team s15, V3)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        seen["forward"].append(int(args[0].shape[0]))
+        return forward(*args, **kwargs)
+
+    module.forward = counted
     try:
         yield seen
     finally:
         seen["intact"] = (local.id in module._forward_hooks
                           and everywhere.id in torch.nn.modules.module._global_forward_hooks
-                          and seen["rows"] == seen["global"])
+                          and module.__dict__.get("forward") is counted
+                          and seen["rows"] == seen["global"] == seen["forward"])
+        del module.forward
         local.remove()
         everywhere.remove()
 
