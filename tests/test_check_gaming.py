@@ -78,36 +78,6 @@ def _adam_bytes_by_running(model: nn.Module, batch: tuple, amsgrad: bool) -> int
     return sum(t.nbytes for s in opt.state.values() for t in s.values())
 
 
-class _GradScalerAdapter:
-    """The learner's scaler interface on top of torch.amp.GradScaler: the reference, wrapped."""
-
-    def __init__(self, init_scale: float, growth_factor: float, backoff_factor: float, growth_interval: int):
-        self._s = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_factor=growth_factor,
-                                       backoff_factor=backoff_factor, growth_interval=growth_interval)
-        self._opt: Any = None
-
-    @property
-    def scale_value(self) -> float:
-        return self._s.get_scale()
-
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        return self._s.scale(loss)
-
-    def _optimizer(self, params: Any) -> torch.optim.Optimizer:
-        if self._opt is None:
-            self._opt = torch.optim.SGD(list(params), lr=0.0)
-        return self._opt
-
-    def unscale_(self, params: Any) -> None:
-        raise RuntimeError("unreachable in the gaming test")
-
-    def step(self, optimizer: torch.optim.Optimizer, params: Any) -> None:
-        self._s.step(optimizer)
-
-    def update(self) -> None:
-        self._s.update()
-
-
 def _mx_by_reference(t: torch.Tensor, block: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
     e = ch08.mx_exponents(t.reshape(-1, block).float(), rounding)
     deq = ch08.reference_mx_dequantize(t, block, rounding).reshape(-1, block)
@@ -292,7 +262,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
                                  (_torchao_quantize_blocks, _dequantize_blocks)),
         "check_flushed": ((*p["check_flushed"], lambda v, s: ch03.reference_flushed(v, s)),
                           (*p["check_flushed"], lambda v, s: ch03.reference_flushed(v, s))),
-        "check_scaler": ((_GradScalerAdapter,), (torch.amp.GradScaler,)),
+        "check_scaler": ((ch03._GradScalerReference,), (torch.amp.GradScaler,)),
         "check_window": ((lambda c, lo, m: ch03.reference_window(c, lo, m),),
                          (lambda c, lo, m: ch03.reference_window(c, lo, m),)),
         "check_format_plan": ((lambda g, m, f: ch03.reference_format_plan(g, m, f),),
