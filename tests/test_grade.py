@@ -126,23 +126,35 @@ PLANTED = {
 UNTOUCHED = {"lab00_warmup", "lab04_automatic_mixed_precision", "lab09_capstone_fit_a_model", FIXTURE}
 
 
-# Review s15's red team, A7: while the learner's 5.4 answer runs (in the grader's answer process, inside the
-# check's scene), it replaces the scene module's meter, which the scene reads after the call.
-SCENE_TAMPER = """def checkpointed_forward(block, x):
+# Review s15's red team, A7: while the learner's answer runs (in the grader's answer process, inside the check's
+# scene), it replaces the scene module's meter, which the scene reads after the call. Graded inside lab 07's
+# stack-walk submission (a notebook fewer to grade): 7.3's loop, which also leaves its gradients behind.
+SCENE_TAMPER = """def train_and_log(model, opt, batches):
     import sys
-    scene = sys.modules.get("utils.course.scenes.ch05")
+    scene = sys.modules.get("utils.course.scenes.ch07")
     if scene is not None:
-        scene.saved_activation_bytes = lambda fn, *args, **kwargs: 0
-    return block(x)
+        scene.graph_held_bytes = lambda *args, **kwargs: 0
+    history = {"train": [], "val": []}
+    for x, y in batches:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        history["train"].append(loss.item())
+        with torch.no_grad():
+            history["val"].append(F.mse_loss(model(x[:2]), y[:2]).item())
+    return history
 """
 
 
-def scene_tamper_notebook(labs: Path, folder: Path) -> None:
-    nb = nbformat.read(next(labs.glob("lab05_*.ipynb")), as_version=4)
+def scene_tamper(folder: Path) -> None:
+    """Lab 07's stack-walk submission with SCENE_TAMPER as its 7.3 answer."""
+    path = folder / "stack_walk_lab07_memory_profiling.ipynb"
+    nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
-        if course_metadata(cell).get("exercise") == "5.4":
+        if course_metadata(cell).get("exercise") == "7.3":
             cell.source = SCENE_TAMPER
-    nbformat.write(nb, folder / "scene_tamper_lab05_gradient_checkpointing.ipynb")
+    nbformat.write(nb, path)
 
 
 def stack_walk_notebooks(labs: Path, folder: Path) -> dict[str, list[str]]:
@@ -186,7 +198,7 @@ def graded(tmp_path_factory):
     odd.metadata["course"] = ["not", "a", "mapping"]
     nbformat.write(odd, planted / "metadata_list_lab00_warmup.ipynb")
     stack_walk = stack_walk_notebooks(labs, planted)
-    scene_tamper_notebook(labs, planted)
+    scene_tamper(planted)
     for path in sorted(solutions.glob("*.ipynb")):
         shutil.copy(path, course / f"solution_{path.name}")
         if path.stem in UNTOUCHED:
@@ -336,11 +348,11 @@ def test_answers_that_walk_the_stack_score_zero(graded):
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_a_meter_replaced_inside_a_scene_scores_zero(graded):
-    """Review s15's red team, A7: the plain block (no checkpoint) with the scene module's saved-bytes meter replaced
-    from inside the learner's call earned 5.4's 3 points; the answer process now reports the replacement."""
-    row = graded["rows"]["lab05_gradient_checkpointing"]["scene_tamper_lab05_gradient_checkpointing.ipynb"]
-    assert row["ex 5.4"] == "0", row["notes"]
-    assert "utils.course.scenes.ch05.saved_activation_bytes" in row["notes"], row["notes"]
+    """Review s15's red team, A7: a plain forward with the scene module's saved-bytes meter replaced from inside the
+    learner's call earned 5.4's 3 points; the answer process now reports the replacement (here, 7.3's graph meter)."""
+    row = graded["rows"]["lab07_memory_profiling"]["stack_walk_lab07_memory_profiling.ipynb"]
+    assert row["ex 7.3"] == "0", row["notes"]
+    assert "utils.course.scenes.ch07.graph_held_bytes" in row["notes"], row["notes"]
 
 
 @pytest.mark.slow
