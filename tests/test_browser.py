@@ -22,7 +22,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from platform_tier import only_in_platforms
-from servers import free_port, stop_group
+from servers import started as server_started
+from servers import stop_group
 
 from utils.course import lab_server
 from utils.course.lab_contents import SAVED_COPY_NOTICE_ID
@@ -178,24 +179,15 @@ def learner_course(tmp_path):
     # workspace is the server's default one, in tmp_path: fresh, as a new learner's)
     for name in ("COURSE_CHECKS_STRICT", "COURSE_RECORD", "MPLBACKEND"):
         env.pop(name, None)
-    port, token = free_port(), "learner-test-token"
-    log = open(tmp_path / "lab.log", "w")
-    proc = subprocess.Popen(lab_command(port=port, token=token, root=course, open_browser=False),
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=3)
-            break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        stop_group(proc)
-        pytest.fail("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()[-2000:])
-    yield course, base, token
+    token = "learner-test-token"
+    try:
+        proc, port = server_started(lambda port: lab_command(port=port, token=token, root=course,
+                                                             open_browser=False),
+                                    f"/api/status?token={token}", tmp_path / "lab.log", env=env)
+    except RuntimeError as exc:
+        pytest.fail(f"JupyterLab: {exc}")
+    yield course, f"http://127.0.0.1:{port}", token
     stop_group(proc)
-    log.close()
 
 
 @only_in_platforms

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 import urllib.request
 import uuid
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import free_port, stop_group
+from servers import started, stop_group
 
 from utils.course.lab_server import command as lab_command
 from utils.course.lab_server import environment as lab_environment
@@ -115,21 +114,13 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Any]]:
     # tests/conftest.py's MPLBACKEND=Agg dropped: the kernel draws figures inline, as in `make lab`
     for name in ("COURSE_CHECKS_STRICT", "MPLBACKEND"):
         env.pop(name, None)
-    port = free_port()
-    log = open(tmp / "lab.log", "w")  # noqa: SIM115 (closed after the server stops)
-    proc = subprocess.Popen(lab_command(port=port, token=TOKEN, root=served, open_browser=False), env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        proc, port = started(lambda port: lab_command(port=port, token=TOKEN, root=served, open_browser=False),
+                             f"/api/status?token={TOKEN}", tmp / "lab.log", env=env)
+    except RuntimeError as exc:
+        pytest.fail(f"JupyterLab: {exc}")
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=3)
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail("JupyterLab did not start: " + (tmp / "lab.log").read_text()[-2000:])
-                time.sleep(0.5)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
             try:
@@ -138,7 +129,6 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Any]]:
                 browser.close()
     finally:
         stop_group(proc)
-        log.close()
 
 
 def _open(browser: Any, base: str, path: str, width: int = 1400, height: int = 1000) -> Any:
