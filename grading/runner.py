@@ -959,6 +959,11 @@ def _observe_each(fn: Any, scene: Any, calls: list[dict], watch: tuple | None, r
     return replies
 
 
+def _scene_name(scene: Any) -> str:
+    """How a scene travels to the answer process and is named in a record: "module:qualname"."""
+    return f"{scene.__module__}:{scene.__qualname__}"
+
+
 class AnswerProcess:
     """A fork of the grading kernel made before the grader's cell opens the checks: it holds the learner's
     `functions` (by argument key) and nothing of the checks, and answers each call whose arguments are plain data."""
@@ -1008,41 +1013,27 @@ class AnswerProcess:
                                                           rng, memory_limit_mb)})
 
     def observe(self, key: str, fn: Any, scene: Any, case: tuple) -> dict[str, Any]:
-        """The reply to scene(fn, *case) (utils.course.checks.core.observe): run in the answer process where the
-        case is plain data, else in a fork of the kernel; in this process only where os.fork is missing. The reply
-        names its scene, which the grader's replay checks."""
-        import functools
-
-        from utils.course.checks import wire
-
-        name = f"{scene.__module__}:{scene.__qualname__}"
-        try:
-            sent = [{"args": [wire.encode(c) for c in case], "kwargs": {}}]
-        except wire.Unplain:
-            sent = None
-        if sent is not None and self.pid is not None and self.functions.get(key) is fn:
-            self._send({"key": key, "scene": name, "each": sent})
-            reply = _read_line(self.back)["each"][0]
-        elif self.fork:
-            reply = _forked_each(functools.partial(scene, fn), [(case, {})])[0]
-        else:
-            reply = _answer(functools.partial(scene, fn), case, {}, same_process=True)
-        return {**reply, "scene": name}
+        """The reply to scene(fn, *case) (utils.course.checks.core.observe), answered as a call is (`ask_each`),
+        naming its scene, which the grader's replay checks."""
+        return {**next(self.ask_each(key, fn, [(case, {})], scene=scene)), "scene": _scene_name(scene)}
 
     def ask(self, key: str, fn: Any, args: Any, kwargs: Any) -> dict[str, Any]:
         """The reply to fn(*args, **kwargs): a batch of one (`ask_each`)."""
         return next(self.ask_each(key, fn, [(args, kwargs)]))
 
-    def ask_each(self, key: str, fn: Any, calls: list[tuple[Any, Any]]) -> Iterator[dict[str, Any]]:
-        """The replies to fn(*args, **kwargs) for each (args, kwargs) in `calls`, in order: the whole batch in one
-        exchange with the answer process where every argument is plain data, else in one fork of the kernel (both
-        stop at the first call that raises); in this process only where os.fork is missing, one call at a time as
-        the caller takes its reply."""
+    def ask_each(self, key: str, fn: Any, calls: list[tuple[Any, Any]], scene: Any = None
+                 ) -> Iterator[dict[str, Any]]:
+        """The replies to fn(*args, **kwargs) for each (args, kwargs) in `calls`, in order (or to scene(fn, *args)
+        where a scene is given): the whole batch in one exchange with the answer process where every argument is
+        plain data, else in one fork of the kernel (both stop at the first call that raises); in this process only
+        where os.fork is missing, one call at a time as the caller takes its reply."""
+        import functools
         import random
 
         import torch
 
         sent = self._as_data(key, fn, calls)
+        fn = fn if scene is None else functools.partial(scene, fn)
         if sent is None and self.fork:  # arguments that are not plain data: one fork of the kernel for the batch
             yield from _forked_each(fn, calls)
             return
@@ -1057,7 +1048,8 @@ class AnswerProcess:
                 yield reply
             return
         for start in range(0, len(sent), BATCH):
-            self._send({"key": key, "each": sent[start:start + BATCH]})
+            self._send({"key": key, "each": sent[start:start + BATCH],
+                        **({} if scene is None else {"scene": _scene_name(scene)})})
             replies = _read_line(self.back)["each"]
             yield from replies
             if len(replies) < len(sent[start:start + BATCH]):
@@ -1342,7 +1334,7 @@ def replay(exercise: str, points: float, call: str, hidden_path: str | None, arg
                 return returned(following(None))
 
             def observe(scene: Any, _case: tuple) -> Any:
-                return returned(following(f"{scene.__module__}:{scene.__qualname__}"))
+                return returned(following(_scene_name(scene)))
 
             def returned(item: dict) -> Any:
                 if "raised" in item:
