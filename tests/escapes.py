@@ -9,7 +9,7 @@ from __future__ import annotations
 FUNCTIONS = {
     "0.2": ("saved_state_bytes", "written_bytes", "off"),
     "1.1": ("adam_state_bytes", "adam_truth", "copy"),
-    "1.2": ("count_saved_bytes", "saved_by_dtype_truth", "thread"),
+    "1.2": ("saved_bytes_through_backward", "saved_timeline_truth", "thread"),
     "1.3": ("measure_block", "block_truth", "off"),
     "1.4": ("block_saved_bytes", "block_formula_truth", "off"),
     "2.2": ("round_to_format", "reference_round_tensor", "thread"),

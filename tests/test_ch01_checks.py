@@ -15,11 +15,11 @@ from utils.course.checks.core import CheckFailed
 from utils.lessons.sizes import TIERS, tier_budget
 
 ROOT = Path(__file__).resolve().parent.parent
-ARGS = {"1.1": ("adam_state_bytes",), "1.2": ("count_saved_bytes",),
+ARGS = {"1.1": ("adam_state_bytes",), "1.2": ("saved_bytes_through_backward",),
         "1.3": ("prediction", "reasoning", "measure_block"), "1.4": ("block_saved_bytes",),
         "1.5": ("train_with_validation",), "1.6": ("largest_batch",),
         "1.7": ("llama_plan",), "1.8": ("lora_block_saved_bytes",)}
-CHECKS = {"1.1": ch01.check_adam_state_bytes, "1.2": ch01.check_saved_bytes, "1.3": ch01.check_block_prediction,
+CHECKS = {"1.1": ch01.check_adam_state_bytes, "1.2": ch01.check_saved_timeline, "1.3": ch01.check_block_prediction,
           "1.4": ch01.check_block_formula, "1.5": ch01.check_no_leak, "1.6": ch01.check_largest_batch,
           "1.7": ch01.check_llama_plan, "1.8": ch01.check_lora_block}
 
@@ -247,23 +247,50 @@ def test_adam_state_only_for_parameters_with_a_gradient(solution, monkeypatch):
     assert sum(p.grad is None for p in moe.parameters()) >= 5 * 4  # 5+ experts untouched (4 tensors each)
 
 
-def test_saved_bytes_by_dtype_adds_up_to_the_measurement(solution, monkeypatch):
-    """1.2: the by-dtype truth adds up to utils.lessons.measure's total; autocast's weight copies and the int64/bool
-    saves are in it; a total under one key fails."""
+def test_the_saved_timeline_starts_at_the_measurement_and_plausible_mistakes_fail(solution, monkeypatch):
+    """1.2: the truth's first entry is utils.lessons.measure's total (an independent hook), it only falls and ends
+    at 0; a storage saved twice is let go once; an answer that records per saved tensor, per node or only the
+    forward's total fails."""
     from utils.lessons.measure import saved_activation_bytes
 
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
     cfg = ch01.GPTConfig(n_layer=1, d_model=16, n_head=2, seq_len=8, vocab_size=20, attention="eager")
     model = ch01.GPT(cfg)
     batch = ch01.gpt_batch(cfg, 2)
-    split = ch01.saved_by_dtype_truth(model, *batch)
-    assert sum(split.values()) == saved_activation_bytes(model, *batch)
-    assert {"float32", "int64", "bool"} <= set(split)
-    auto = ch01.saved_by_dtype_truth(ch01.under_autocast(model), *batch)
-    assert {"float32", "bfloat16", "int64"} <= set(auto)
-    assert CHECKS["1.2"](lambda fn, *a: {"float32": saved_activation_bytes(fn, *a)}).status == "failed"
-    keys = lambda fn, *a: {f"torch.{k}": v for k, v in solution["count_saved_bytes"](fn, *a).items()}  # noqa: E731
-    assert CHECKS["1.2"](keys).status == "failed"
+    timeline = ch01.saved_timeline_truth(model, *batch)
+    assert timeline[0] == saved_activation_bytes(model, *batch) and timeline[-1] == 0
+    assert all(a > b for a, b in zip(timeline, timeline[1:], strict=False))
+    x = torch.randn(8, 8, requires_grad=True)
+    assert ch01.saved_timeline_truth(lambda a: a[:4] * a[4:], x) == [256, 0]  # two views, one storage, one release
+    answer = solution["saved_bytes_through_backward"]
+    assert CHECKS["1.2"](answer).status == "passed"
+    assert CHECKS["1.2"](lambda fn, *a: [saved_activation_bytes(fn, *a), 0]).status == "failed"
+    assert CHECKS["1.2"](lambda fn, *a: sorted(set(answer(fn, *a)[::2]) | {0}, reverse=True)).status == "failed"
+
+    def per_tensor(fn, *a):  # one entry per saved tensor let go, as if each were a storage of its own
+        held, timeline = [0], []
+
+        class Box:
+            def __init__(self, t):
+                self.t = t
+
+        def pack(t):
+            if isinstance(t._base if t._base is not None else t, torch.nn.Parameter):
+                return t
+            held[0] += t.untyped_storage().nbytes()
+            box = Box(t)
+            nbytes = t.untyped_storage().nbytes()
+            import weakref
+            weakref.finalize(box, lambda: (held.__setitem__(0, held[0] - nbytes), timeline.append(held[0])))
+            return box
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda b: b.t if isinstance(b, Box) else b):
+            out = fn(*a)
+        timeline.insert(0, held[0])
+        out.sum().backward()
+        return timeline
+
+    assert CHECKS["1.2"](per_tensor).status == "failed"
 
 
 def test_lora_formula_equals_the_measurement_and_plausible_mistakes_fail(solution, monkeypatch):

@@ -38,9 +38,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("check_packed_bytes", "wrapped reference"): "the reference is the packing formula itself, no measurement",
     ("check_read_run", "library"): "torch has no reader of a run's memory_stats() trend",
     ("check_packed_bytes", "library"): "torch has no packed-size helper for an arbitrary bit width",
-    ("check_saved_bytes", "library"): "torch has no by-dtype saved-tensor counter (utils.lessons.measure's total is "
-                                      "watched: "
-                                      "the course's own implementation)",
+    ("check_saved_timeline", "library"): "torch has no saved-bytes timeline of backward (utils.lessons.measure's "
+                                         "total, the course's own, is watched)",
     ("check_format_bytes", "wrapped reference"): "the expected strings are literals",
     ("check_format_bytes", "library"): "torch has no byte formatter",
     ("check_new_storage_bytes", "wrapped reference"): "the expected values are literals",
@@ -241,7 +240,7 @@ def _submissions() -> dict[str, tuple[Any, Any]]:
         "check_format_bytes": (None, None),
         "check_new_storage_bytes": (None, None),
         "check_adam_state_bytes": ((lambda m, b, a: ch01.adam_truth(m, b, a),), (_adam_bytes_by_running,)),
-        "check_saved_bytes": ((lambda fn, *a: ch01.saved_by_dtype_truth(fn, *a),), None),
+        "check_saved_timeline": ((lambda fn, *a: ch01.saved_timeline_truth(fn, *a),), None),
         "check_block_prediction": ((*p["check_block_prediction"], lambda *s: ch01.block_truth(*s)),
                                    (*p["check_block_prediction"], lambda b, t, d, h: saved_activation_bytes(
                                        ch01.ParallelBlock(ch01.GPTConfig(n_layer=1, d_model=d, n_head=h, seq_len=t)),

@@ -163,3 +163,15 @@ def test_a_thread_void_is_listed_for_reading_by_hand() -> None:
     assert message.startswith(THREAD_VOID)
     runner = (ROOT / "grading" / "runner.py").read_text()
     assert 'f"a thread of the learner\'s code ({running[0]}) was still running after the "' in runner
+
+
+def test_an_honest_solution_is_not_listed_to_read_by_hand() -> None:
+    """A name an exercise asks for (a saved-tensor hook in 1.2, a storage's address in 0.2 and 0.4) does not list
+    its answer cell; anywhere else it still does."""
+    from utils.course.grade import internals_used
+
+    for path in sorted((ROOT / "solutions").glob("lab*.ipynb")):
+        assert internals_used(nbformat.read(path, as_version=4)) == [], path.name
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "x.untyped_storage().data_ptr()", metadata={"course": {"exercise": "1.3"}})])
+    assert "data_ptr" in internals_used(nb)[0]

@@ -20,7 +20,7 @@ from utils.course.checks.ch01 import (
     expect_llama_plans,
     expect_lora_block,
     expect_no_leak,
-    expect_saved_bytes,
+    expect_saved_timeline,
     under_autocast,
 )
 from utils.lessons.models import GPT, GPTConfig, gpt_batch, mlp
@@ -45,13 +45,13 @@ def adam_cases(adam_state_bytes) -> None:
     ])
 
 
-def saved_cases(count_saved_bytes) -> None:
-    """Views of one tensor, an expanded input, a convolution, a BF16 model, an SDPA GPT under autocast, a model
-    that is itself BF16 under autocast."""
+def saved_cases(saved_bytes_through_backward) -> None:
+    """Views of one tensor (one storage, saved twice: freed once), an expanded input, a convolution, a BF16 model,
+    an SDPA GPT under autocast, a model that is itself BF16 under autocast."""
     cfg = GPTConfig(n_layer=1, d_model=24, n_head=3, seq_len=12, vocab_size=17)
     x = torch.randn(8, 8, requires_grad=True)
     e = torch.randn(1, 6, requires_grad=True)
-    expect_saved_bytes(count_saved_bytes, [
+    expect_saved_timeline(saved_bytes_through_backward, [
         ("x[:4] * x[4:] (two views of one storage)", lambda a: a[:4] * a[4:], (x,)),
         ("a convolution and a ReLU", torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()),
          (torch.randn(2, 3, 8, 8),)),

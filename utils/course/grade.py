@@ -613,6 +613,8 @@ INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "__self__
              "_get_current_dispatch_mode", "_pop_mode", "_forward_hooks", "_forward_pre_hooks",
              "_global_forward_hooks", "data_ptr", "_pop_torch_dispatch_stack", "_push_on_torch_dispatch_stack",
              "_get_dispatch_stack_at", "_pop_saved_tensors_default_hooks", "_saved_tensors_hooks_disable")
+# ... except where the exercise itself asks for one: its answer cell is not listed for it
+ASKED_FOR = {"0.2": ("data_ptr",), "0.4": ("data_ptr",), "1.2": ("data_ptr", "saved_tensors_hooks")}
 COMPUTED_GETATTR = "getattr with a computed attribute name"
 COMPUTED_IMPORT = "a module imported by a computed name"
 RUNS_SOURCE = ("exec", "eval", "compile", "__import__")  # called by their builtin names: code run from a string
@@ -669,8 +671,9 @@ def internals_used(submission: NotebookNode) -> list[str]:
             if path_like and "a path into the checks" not in found \
                     and any(part in node.value.replace("\\", "/") for part in COURSE_PATHS):
                 found.append("a path into the checks")
+        exercise = _course(cell).get("exercise")
+        found = [n for n in found if n not in ASKED_FOR.get(exercise, ())]
         if found:
-            exercise = _course(cell).get("exercise")
             where = f"the answer cell of exercise {exercise}" if isinstance(exercise, str) else f"code cell {index}"
             lines.append(f"read by hand: {where} uses {', '.join(found)} (a check's internals, the interpreter's "
                          "frames or the watch on the learner's calls; an honest answer has no use for them)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -108,28 +109,53 @@ def check_adam_state_bytes(adam_state_bytes: Callable[[nn.Module, tuple, bool], 
 
 
 # 1.2 -------------------------------------------------------------------------------------------------------------
-def saved_by_dtype_truth(fn: Callable[..., Any], *args: Any) -> dict[str, int]:
-    """The bytes autograd saves while fn(*args) runs, by the dtype of each storage (each storage once, parameters
-    and their views excluded); its total is utils.lessons.measure.saved_activation_bytes (tests/test_ch01_checks.py)."""
-    found: dict[int, tuple[str, int, Any]] = {}
+class _Held:
+    """What the truth's pack hook hands autograd instead of a saved tensor: the tensor and its storage's key. When
+    backward has used it, autograd drops this object, and its finalizer releases the storage's share."""
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+
+def saved_timeline_truth(fn: Callable[..., Any], *args: Any) -> list[int]:
+    """The bytes autograd keeps saved for backward: after `out = fn(*args)` returns, then after each storage is
+    released while `out.sum().backward()` runs (one entry per storage, in the order backward lets go of them; each
+    storage once and whole; parameters and their views excluded). Its first entry is
+    utils.lessons.measure.saved_activation_bytes and its last 0 (tests/test_ch01_checks.py)."""
+    shares: dict[int, list] = {}  # storage key -> [saved tensors still held, bytes, the storage (keeps its address)]
+    held, timeline = [0], []
+
+    def release(key: int) -> None:
+        shares[key][0] -= 1
+        if shares[key][0] == 0:
+            held[0] -= shares[key][1]
+            timeline.append(held[0])
+
+    def pack(t: torch.Tensor) -> Any:
+        if isinstance(t._base if t._base is not None else t, nn.Parameter):
+            return t
         storage = t.untyped_storage()
-        if not isinstance(t._base if t._base is not None else t, nn.Parameter):
-            found.setdefault(storage.data_ptr(), (str(t.dtype).removeprefix("torch."), storage.nbytes(), storage))
-        return t
+        key = storage.data_ptr()
+        if key not in shares:
+            shares[key] = [0, storage.nbytes(), storage]
+            held[0] += storage.nbytes()
+        shares[key][0] += 1
+        box = _Held(t)
+        weakref.finalize(box, release, key)
+        return box
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor if type(box) is _Held else box):
         out = fn(*args)
+    timeline.append(held[0])
+    out.sum().backward()
     del out
-    by_dtype: dict[str, int] = {}
-    for dtype, nbytes, _ in found.values():
-        by_dtype[dtype] = by_dtype.get(dtype, 0) + nbytes
-    return by_dtype
+    return timeline
 
 
 def under_autocast(model: nn.Module) -> Callable[..., torch.Tensor]:
-    """model run under CPU BF16 autocast (the function a check hands to count_saved_bytes)."""
+    """model run under CPU BF16 autocast (the function a check hands to saved_bytes_through_backward)."""
     def run(*args: Any) -> torch.Tensor:
         with torch.autocast("cpu", torch.bfloat16):
             return model(*args)
@@ -137,23 +163,32 @@ def under_autocast(model: nn.Module) -> Callable[..., torch.Tensor]:
     return run
 
 
-def expect_saved_bytes(count_saved_bytes: Callable[..., dict], cases: Sequence[tuple[str, Any, tuple]]) -> None:
-    count_saved_bytes = guarded(count_saved_bytes, saved_by_dtype_truth, saved_activation_bytes)
+def expect_saved_timeline(saved_bytes_through_backward: Callable[..., list],
+                          cases: Sequence[tuple[str, Any, tuple]]) -> None:
+    saved_bytes_through_backward = guarded(saved_bytes_through_backward, saved_timeline_truth,
+                                           saved_activation_bytes)
     for name, fn, args in cases:
-        expect_equal(count_saved_bytes(fn, *args), saved_by_dtype_truth(fn, *args), f"saved bytes by dtype of {name}",
-                     hint="a dict {dtype name: bytes}, e.g. {'float32': ..., 'bfloat16': ..., 'int64': ...} "
-                     "(str(t.dtype) without 'torch.'; only dtypes that were saved): each storage once and whole, "
-                     "parameters (and views of them) skipped. Under autocast the BF16 copies of weights are not "
-                     "parameters: they count.")
+        want = saved_timeline_truth(fn, *args)
+        got = saved_bytes_through_backward(fn, *args)
+        if isinstance(got, list) and got and got[0] != want[0]:
+            raise CheckFailed(f"{want[0]:,} bytes saved when the forward of {name} returns", f"{got[0]:,}",
+                              "count each storage once and whole (t.untyped_storage().nbytes()), skip parameters "
+                              "and their views (look at t._base), and count everything else autograd saves: "
+                              "autocast's BF16 copies of weights, indices, masks.")
+        expect_equal(got, want, f"the saved bytes through the backward of {name}",
+                     hint="one entry when the forward returns, then one each time the LAST saved reference to a "
+                     "storage is let go during out.sum().backward() (a storage saved twice is freed once). Have "
+                     "pack return a small object of your own holding the tensor (unpack returns the tensor): "
+                     "autograd drops that object when backward no longer needs it, which weakref.finalize can see.")
 
 
-def check_saved_bytes(count_saved_bytes: Callable[..., dict]) -> Verdict:
-    """Exercise 1.2: a saved-tensor hook that splits activation bytes by dtype (autocast, indices, masks)."""
+def check_saved_timeline(saved_bytes_through_backward: Callable[..., list]) -> Verdict:
+    """Exercise 1.2: a saved-tensor hook that watches backward let go of what the forward saved."""
 
     def body() -> None:
         cfg = GPTConfig(n_layer=2, d_model=32, seq_len=16, vocab_size=50)
         eager = GPTConfig(n_layer=1, d_model=32, seq_len=16, vocab_size=50, attention="eager")
-        expect_saved_bytes(count_saved_bytes, [
+        expect_saved_timeline(saved_bytes_through_backward, [
             ("a GPT and its loss under BF16 autocast", under_autocast(GPT(cfg)), gpt_batch(cfg, 2)),
             ("a GPT with eager attention and its loss", GPT(eager), gpt_batch(eager, 2)),
         ])
@@ -222,13 +257,13 @@ def block_truth(batch: int, seq_len: int, d_model: int, n_head: int, attention: 
 
 def expect_block_measurements(measure_block: Callable[[int, int, int, int], int],
                               shapes: Sequence[tuple[int, int, int, int]]) -> None:
-    measure_block = guarded(measure_block, block_truth, saved_activation_bytes, saved_by_dtype_truth)
+    measure_block = guarded(measure_block, block_truth, saved_activation_bytes, saved_timeline_truth)
     for shape in shapes:
         expect_equal(measure_block(*shape), block_truth(*shape),
                      "measure_block(batch={}, seq_len={}, d_model={}, n_head={})".format(*shape),
                      hint="build ParallelBlock(GPTConfig(n_layer=1, d_model=..., n_head=..., seq_len=...)), give it "
-                     "a torch.randn(batch, seq_len, d_model, requires_grad=True) input and add up what your hook "
-                     "of exercise 1.2 counts (parameters excluded).")
+                     "a torch.randn(batch, seq_len, d_model, requires_grad=True) input and take the first entry of "
+                     "your exercise 1.2 (what is saved when the forward returns, parameters excluded).")
 
 
 def check_block_prediction(prediction: int, reasoning: str, measure_block: Callable[[int, int, int, int], int]
@@ -260,7 +295,7 @@ def block_formula_truth(batch: int, seq_len: int, d_model: int, n_head: int, att
 
 def expect_block_formula(block_saved_bytes: Callable[..., int], cases: Sequence[tuple]) -> None:
     block_saved_bytes = guarded(block_saved_bytes, block_formula_truth, parallel_block_formula, block_truth,
-                                transformer_activation_bytes, saved_activation_bytes, saved_by_dtype_truth)
+                                transformer_activation_bytes, saved_activation_bytes, saved_timeline_truth)
     for case in cases:
         got = block_saved_bytes(*case)
         expect_equal(got, block_formula_truth(*case),
@@ -269,7 +304,7 @@ def expect_block_formula(block_saved_bytes: Callable[..., int], cases: Sequence[
                      hint="start from chapter 01's terms for its Block and change what the parallel layout changes. "
                      "Under bf16-mixed the residual stream and ln stay FP32, the matmuls save BF16 inputs, each "
                      "matmul keeps a BF16 copy of its weight, and an FP32 activation read by two matmuls is cast "
-                     "(and saved) twice: measure it with your hook of 1.2.")
+                     "(and saved) twice: measure it with the first entry of your exercise 1.2 under torch.autocast.")
 
 
 def check_block_formula(block_saved_bytes: Callable[..., int]) -> Verdict:
