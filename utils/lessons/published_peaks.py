@@ -195,7 +195,7 @@ def _tt_2024_11(**kw: Any) -> PublishedPeak:
         where="README 'Optimization flags' table: each technique added on top of the previous one (LoRA and "
               "QLoRA without optimizer_in_bwd and 8-bit AdamW); baseline full_finetune_single_device, Llama 3.2 "
               "3B, batch 2, max seq len 4096, bf16, A100",
-        gpu="NVIDIA A100 80 GB (the README says A100; the 60.0 GiB row needs the 80 GB part)", gpu_memory_gb=80.0,
+        gpu="NVIDIA A100 (80 GB: the README says A100; the 60.0 GiB row needs the 80 GB part)", gpu_memory_gb=80.0,
         software="torchtune main of 2024-11-18 (PyTorch version not stated)",
         model_label="Llama 3.2 3B", model=LLAMA_3_2_3B, seq_len=4096, micro_batch=2, precision="bf16",
         unit="GiB", measures="peak active bytes / 2**30 (torch.cuda.memory_stats()['active_bytes.all.peak'], the "
@@ -392,9 +392,9 @@ ROWS: tuple[PublishedPeak, ...] = (
                       "recomputed layer); FSDP2 runs the layers in BF16 where the ledger's bf16-mixed keeps "
                       "autocast's FP32 layer inputs (+8 GiB)",
            published=83.9, bounds=(0.8, 1.15),
-           note="a match within tolerance: at 32,768 tokens the loss's FP32 logits (16 GiB per tensor) and the "
-                "checkpointed inputs dominate, both modelled; the lead's third FP32 logits tensor (error 1) will "
-                "raise the ratio by about 0.19"),
+           note="a match within tolerance, though not a faithful configuration: at 32,768 tokens the loss's FP32 "
+                "logits-sized tensors (16 GiB each) and the checkpointed inputs dominate, both modelled, while "
+                "torch.compile and Float8 act inside the one recomputed layer"),
 )
 
 
