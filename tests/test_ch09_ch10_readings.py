@@ -110,7 +110,8 @@ def test_chapter_09s_combination_table_is_labelled_cpu_only_and_read_with_its_sa
     assert "CPU-only: measured on" in out and "its time column is a CPU's" in prose
     (cpu, saved, _), *_ = _tables(out)
     assert "Processor" in cpu or "EPYC" in cpu
-    assert f"LoRA (with autocast and checkpointing) saves the most ({saved['LoRA r=4 on the attention, BF16 base']}%)" in prose
+    lora = saved["LoRA r=4 on the attention, BF16 base"]
+    assert f"LoRA (with autocast and checkpointing) saves the most ({lora}%)" in prose
     assert max(saved.values()) == saved["LoRA r=4 on the attention, BF16 base"]
     assert f"8-bit AdamW only {saved['8-bit AdamW (torchao)']}%" in prose
     assert f"{saved['BF16 mixed precision (torch.amp)']}% to" in prose
