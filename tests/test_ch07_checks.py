@@ -155,33 +155,29 @@ def test_classic_mistakes_fail():
     with pytest.raises(CheckFailed):
         _hidden()["7.2"](truth, words, tuned)
 
-    # 7.3: .detach() keeps tensors; validation under autograd keeps graphs
-    def detached(model, opt, batches):
-        history = {"train": [], "val": []}
-        for x, y in batches:
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            history["train"].append(loss.detach())
-            history["val"].append(torch.nn.functional.mse_loss(model(x[:2]), y[:2]).item())
-        return history
+    # 7.3: each of the three leaks alone fails, and so does a tensor logged
+    def loop(in_place=False, tensor_norm=False, zero_first=False, detached_log=False):
+        def train(model, opt, batches):
+            history = {"loss": [], "saliency": []}
+            for x, y in batches:
+                if zero_first:
+                    opt.zero_grad()
+                x = x.requires_grad_(True) if in_place else x.detach().requires_grad_(True)
+                hidden = model[1](model[0](x))
+                loss = torch.nn.functional.mse_loss(model[2](hidden), y)
+                loss.backward()
+                opt.step()
+                if not zero_first:
+                    opt.zero_grad(set_to_none=True)
+                history["loss"].append(loss.detach() if detached_log else loss.item())
+                history["saliency"].append(x.grad.abs().mean().item())
+                model.last_hidden_norm = hidden.norm() if tensor_norm else hidden.detach().norm().item()
+            return history
+        return train
 
-    assert ch07.check_leak_fixed(detached).status == "failed"
-
-    def grads_left(model, opt, batches):
-        history = {"train": [], "val": []}
-        for x, y in batches:
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            history["train"].append(loss.item())
-            with torch.no_grad():
-                history["val"].append(torch.nn.functional.mse_loss(model(x[:2]), y[:2]).item())
-        return history
-
-    assert ch07.check_leak_fixed(grads_left).status == "failed"
+    assert ch07.check_leak_fixed(loop()).status == "passed"
+    for leak in ("in_place", "tensor_norm", "zero_first", "detached_log"):
+        assert ch07.check_leak_fixed(loop(**{leak: True})).status == "failed", leak
 
     # 7.4: no finally (gradients left), exception kept, Exception caught, no retry, a scan, every size tried
     def search(zero_grad_always=True, keep=False, catch=torch.OutOfMemoryError, retry=True, scan=False,

@@ -134,15 +134,17 @@ SCENE_TAMPER = """def train_and_log(model, opt, batches):
     scene = sys.modules.get("utils.course.scenes.ch07")
     if scene is not None:
         scene.graph_held_bytes = lambda *args, **kwargs: 0
-    history = {"train": [], "val": []}
+    history = {"loss": [], "saliency": []}
     for x, y in batches:
         opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
+        x = x.detach().requires_grad_(True)
+        hidden = model[1](model[0](x))
+        loss = F.mse_loss(model[2](hidden), y)
         loss.backward()
         opt.step()
-        history["train"].append(loss.item())
-        with torch.no_grad():
-            history["val"].append(F.mse_loss(model(x[:2]), y[:2]).item())
+        history["loss"].append(loss.item())
+        history["saliency"].append(x.grad.abs().mean().item())
+        model.last_hidden_norm = hidden.detach().norm().item()
     return history
 """
 

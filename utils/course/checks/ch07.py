@@ -270,45 +270,59 @@ def check_kept_graph(prediction: int, reasoning: str, kept_loss_bytes: Callable[
 
 # 7.3 ------------------------------------------------------------------------------------------------------------
 def reference_train_and_log(model: nn.Module, opt: torch.optim.Optimizer, batches: list) -> dict[str, list[float]]:
-    history: dict[str, list[float]] = {"train": [], "val": []}
+    history: dict[str, list[float]] = {"loss": [], "saliency": []}
     for x, y in batches:
-        loss = F.mse_loss(model(x), y)
+        x = x.detach().requires_grad_(True)
+        hidden = model[1](model[0](x))
+        loss = F.mse_loss(model[2](hidden), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        history["train"].append(loss.item())
-        with torch.no_grad():
-            history["val"].append(F.mse_loss(model(x[:2]), y[:2]).item())
+        history["loss"].append(loss.item())
+        history["saliency"].append(x.grad.abs().mean().item())
+        model.last_hidden_norm = hidden.detach().norm().item()
     return history
 
 
 def expect_no_leak(train_and_log: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
     """cases: (width, batches, batch size, seed). The loop runs in a scene (utils.course.scenes.ch07): what it
-    logged and what it leaves alive, compared with the reference loop's losses."""
+    logged and left for the dashboard, and what it leaves alive, compared with the reference loop's numbers."""
     train_and_log = guarded(train_and_log, reference_train_and_log)
     for width, n, batch, seed in cases:
-        expected = reference_train_and_log(*leak_setup(width, n, batch, seed))
+        model, opt, data = leak_setup(width, n, batch, seed)
+        expected = reference_train_and_log(model, opt, data)
         got = observe(leak_scene, train_and_log, width, n, batch, seed)
         if got["logged"] is None:
-            raise CheckFailed("a dict {'train': [...], 'val': [...]}", repr(got["type"]))
-        for key in ("train", "val"):
+            raise CheckFailed("a dict {'loss': [...], 'saliency': [...]}", repr(got["type"]))
+        for key in ("loss", "saliency"):
             logged = got["logged"][key]
             if "kinds" not in logged or any(k != "float" for k in logged["kinds"]):
-                raise CheckFailed(f"history[{key!r}] as a list of Python floats (loss.item())",
+                raise CheckFailed(f"history[{key!r}] as a list of Python floats (.item())",
                                   repr(logged["kinds"][:3]) if "kinds" in logged else logged["type"],
                                   "a kept tensor keeps its graph (or its storage) alive; .item() keeps a number.")
             values = logged["values"]
             if len(values) != n or not all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
                                            for a, b in zip(values, expected[key], strict=True)):
-                raise CheckFailed(f"the {n} {key} losses of the unchanged training loop", "other values",
-                                  "fix the leak without changing what is trained or logged.")
+                raise CheckFailed(f"the {n} logged {key} values of the unchanged training loop", "other values",
+                                  "fix the leaks without changing what is trained or logged.")
+        if got["norm"] is None or not math.isclose(got["norm"], model.last_hidden_norm, rel_tol=1e-4):
+            raise CheckFailed(f"model.last_hidden_norm, the last hidden activation's norm, as a float "
+                              f"({model.last_hidden_norm:.4f})",
+                              got["norm_type"] if got["norm"] is None else f"{got['norm']:.4f}",
+                              "a tensor computed from an activation holds the graph behind it; this branch never "
+                              "reaches backward, so nothing ever frees what its ops saved.")
+        if got["data_grads"]:
+            raise CheckFailed("the caller's batches left as they were handed in",
+                              f"{got['data_grads']} input tensors left requiring grad or holding a .grad",
+                              "every batch you made a leaf in place keeps its input gradient as long as the data "
+                              "lives: take the gradient on a leaf of your own.")
         if got["held"] or got["grads"]:
             raise CheckFailed("no graph and no gradient alive after the loop", f"{got['held']:,} B held by graphs, "
                               f"{got['grads']} parameters with .grad", "zero_grad(set_to_none=True) after the step.")
 
 
 def check_leak_fixed(train_and_log: Callable) -> Verdict:
-    """Exercise 7.3: the training loop logs numbers, not graphs, and leaves no gradient behind."""
+    """Exercise 7.3: the loop logs numbers, leaves the caller's data and the model without gradients or graphs."""
 
     def body() -> None:
         expect_no_leak(train_and_log, [(32, 6, 16, 0)])

@@ -33,16 +33,23 @@ def _logged(values: Any) -> dict[str, Any]:
 
 # 7.3 ------------------------------------------------------------------------------------------------------------
 def leak_scene(train_and_log: Callable, width: int, n: int, batch: int, seed: int) -> dict[str, Any]:
-    """The learner's loop over `n` batches: what it logged, and what it leaves alive when it returns (bytes held
-    by graphs reachable from the model and the data, parameters with a .grad)."""
+    """The learner's loop over `n` batches: what it logged and left for the dashboard (`model.last_hidden_norm`),
+    and what it leaves alive when it returns: bytes held by graphs reachable from the model (its parameters and
+    any tensor it keeps as an attribute) and from the data, parameters with a .grad, and data tensors it left with
+    a .grad or requiring grad."""
     model, opt, data = leak_setup(width, n, batch, seed)
     gc.collect()
     history = train_and_log(model, opt, data)
-    logged = ({key: _logged(history[key]) for key in ("train", "val")}
-              if isinstance(history, dict) and set(history) == {"train", "val"} else None)
+    logged = ({key: _logged(history[key]) for key in ("loss", "saliency")}
+              if isinstance(history, dict) and set(history) == {"loss", "saliency"} else None)
+    norm = model.__dict__.get("last_hidden_norm")
+    kept = [v for v in model.__dict__.values() if isinstance(v, torch.Tensor)]
+    inputs = [t for xy in data for t in xy]
     return {"type": type(history).__name__, "logged": logged,
-            "held": graph_held_bytes([*model.parameters(), *(t for xy in data for t in xy)]),
-            "grads": sum(p.grad is not None for p in model.parameters())}
+            "norm": norm if type(norm) is float else None, "norm_type": type(norm).__name__,
+            "held": graph_held_bytes([*model.parameters(), *kept, *inputs]),
+            "grads": sum(p.grad is not None for p in model.parameters()),
+            "data_grads": sum(t.grad is not None or t.requires_grad for t in inputs)}
 
 
 # 7.5 ------------------------------------------------------------------------------------------------------------
