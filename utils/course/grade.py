@@ -612,7 +612,8 @@ INTERNALS = ("__globals__", "__code__", "__closure__", "__builtins__", "__self__
              "saved_tensors_hooks", "_push_saved_tensors_default_hooks", "_python_dispatch", "_disable_current_modes",
              "_get_current_dispatch_mode", "_pop_mode", "_forward_hooks", "_forward_pre_hooks",
              "_global_forward_hooks", "data_ptr", "_pop_torch_dispatch_stack", "_push_on_torch_dispatch_stack",
-             "_get_dispatch_stack_at", "_pop_saved_tensors_default_hooks", "_saved_tensors_hooks_disable")
+             "_get_dispatch_stack_at", "_pop_saved_tensors_default_hooks", "_saved_tensors_hooks_disable",
+             "_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
 # ... except where the exercise itself asks for one: its answer cell is not listed for it
 ASKED_FOR = {"0.2": ("data_ptr",), "0.4": ("data_ptr",), "1.2": ("data_ptr", "saved_tensors_hooks")}
 COMPUTED_GETATTR = "getattr with a computed attribute name"

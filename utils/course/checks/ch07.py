@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from utils.course.checks.ch09 import MODE_SWITCHES
 from utils.course.checks.core import (
     CheckFailed,
     Verdict,
@@ -284,13 +285,18 @@ def reference_train_and_log(model: nn.Module, opt: torch.optim.Optimizer, batche
     return history
 
 
+LIVE_SLACK = 1024  # bytes a fixed loop may keep alive beyond the reference's, besides one batch's input
+
+
 def expect_no_leak(train_and_log: Callable, cases: Sequence[tuple[int, int, int, int]]) -> None:
-    """cases: (width, batches, batch size, seed). The loop runs in a scene (utils.course.scenes.ch07): what it
-    logged and left for the dashboard, and what it leaves alive, compared with the reference loop's numbers."""
-    train_and_log = guarded(train_and_log, reference_train_and_log)
+    """cases: (width, batches, batch size, seed). The loop runs in a scene (utils.course.scenes.ch07), the reference
+    loop in the same scene here: the same logged numbers and dashboard float, nothing left on the data or the
+    model, and at each optimizer step and after the loop no more live bytes than the reference's plus one batch's
+    input and LIVE_SLACK (so a leak cleaned up after the loop, or moved where the check does not look, still
+    fails)."""
+    train_and_log = guarded(train_and_log, reference_train_and_log, direct=MODE_SWITCHES)
     for width, n, batch, seed in cases:
-        model, opt, data = leak_setup(width, n, batch, seed)
-        expected = reference_train_and_log(model, opt, data)
+        want = leak_scene(reference_train_and_log, width, n, batch, seed)
         got = observe(leak_scene, train_and_log, width, n, batch, seed)
         if got["logged"] is None:
             raise CheckFailed("a dict {'loss': [...], 'saliency': [...]}", repr(got["type"]))
@@ -302,12 +308,17 @@ def expect_no_leak(train_and_log: Callable, cases: Sequence[tuple[int, int, int,
                                   "a kept tensor keeps its graph (or its storage) alive; .item() keeps a number.")
             values = logged["values"]
             if len(values) != n or not all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
-                                           for a, b in zip(values, expected[key], strict=True)):
+                                           for a, b in zip(values, want["logged"][key]["values"], strict=True)):
                 raise CheckFailed(f"the {n} logged {key} values of the unchanged training loop", "other values",
                                   "fix the leaks without changing what is trained or logged.")
-        if got["norm"] is None or not math.isclose(got["norm"], model.last_hidden_norm, rel_tol=1e-4):
+        pairs = zip(got["weights"], want["weights"], strict=False)
+        if len(got["weights"]) != len(want["weights"]) or not all(
+                math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5) for a, b in pairs):
+            raise CheckFailed("the model it was handed, trained as the loop trains it", "other weights",
+                              "train the model and optimizer you are given, once per batch.")
+        if got["norm"] is None or not math.isclose(got["norm"], want["norm"], rel_tol=1e-4):
             raise CheckFailed(f"model.last_hidden_norm, the last hidden activation's norm, as a float "
-                              f"({model.last_hidden_norm:.4f})",
+                              f"({want['norm']:.4f})",
                               got["norm_type"] if got["norm"] is None else f"{got['norm']:.4f}",
                               "a tensor computed from an activation holds the graph behind it; this branch never "
                               "reaches backward, so nothing ever frees what its ops saved.")
@@ -319,6 +330,20 @@ def expect_no_leak(train_and_log: Callable, cases: Sequence[tuple[int, int, int,
         if got["held"] or got["grads"]:
             raise CheckFailed("no graph and no gradient alive after the loop", f"{got['held']:,} B held by graphs, "
                               f"{got['grads']} parameters with .grad", "zero_grad(set_to_none=True) after the step.")
+        slack = got["input_bytes"] + LIVE_SLACK
+        if len(got["at_step"]) != n:
+            raise CheckFailed(f"{n} optimizer steps, one per batch (opt.step())", f"{len(got['at_step'])} seen")
+        over = [g - w for g, w in zip(got["at_step"], want["at_step"], strict=True)]
+        if max(over) > slack:
+            step = over.index(max(over))
+            raise CheckFailed(f"at most {want['at_step'][step] + slack:,} B alive at optimizer step {step + 1} (what "
+                              "the fixed loop keeps, plus one batch's input)", f"{got['at_step'][step]:,} B",
+                              "memory that grows from step to step is a leak even if you clean it up after the "
+                              "loop: on a GPU the loop runs out of memory before it ends.")
+        if got["live_after"] > want["live_after"] + slack:
+            raise CheckFailed(f"at most {want['live_after'] + slack:,} B created by the loop still alive after it "
+                              "returns", f"{got['live_after']:,} B",
+                              "whatever keeps them (a list, a closure, a copy, the model) keeps their memory.")
 
 
 def check_leak_fixed(train_and_log: Callable) -> Verdict:

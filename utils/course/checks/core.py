@@ -215,6 +215,24 @@ except ImportError:  # Windows
 # The code objects that may start a process inside a watched block: the grader's own forks (grading/runner.py
 # registers them), which answer the learner's calls under the same watch.
 TRUSTED_FORKS: set[Any] = set()
+
+
+def _fork_seen() -> None:
+    """os.register_at_fork's `before` hook: a fork inside a watched block that the watch did not see called (os.fork
+    reached from C, e.g. through functools.partial: review s16's red team) is a hit all the same, unless the Python
+    frame that forked is the grader's."""
+    if not WATCHING:
+        return
+    frame = sys._getframe(1)
+    if frame.f_code in TRUSTED_FORKS:
+        return
+    hit = "a call to os.fork (a process the check cannot watch)"
+    if hit not in WATCHING[-1].hits:
+        WATCHING[-1].hits.append(hit)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_fork_seen)
 # ... or read the interpreter's frames: from the learner's function, the check that called it is one frame up, with
 # its reference's arguments and expected values in its locals (review 34c, A6: 7.4's budget read that way). Python's
 # own modules, the installed packages and the course's checks and grader read frames for their own work.

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from utils.course.scenes.ch09 import LivePeak
 from utils.lessons.profiling import graph_held_bytes
 
 
@@ -33,20 +34,31 @@ def _logged(values: Any) -> dict[str, Any]:
 
 # 7.3 ------------------------------------------------------------------------------------------------------------
 def leak_scene(train_and_log: Callable, width: int, n: int, batch: int, seed: int) -> dict[str, Any]:
-    """The learner's loop over `n` batches: what it logged and left for the dashboard (`model.last_hidden_norm`),
-    and what it leaves alive when it returns: bytes held by graphs reachable from the model (its parameters and
-    any tensor it keeps as an attribute) and from the data, parameters with a .grad, and data tensors it left with
-    a .grad or requiring grad."""
+    """The learner's loop over `n` batches under a live-tensor meter (LivePeak: the bytes of the storages created
+    during the call and still alive): the live bytes at each optimizer step (before its update) and once the loop
+    has returned and what it returned is dropped, wherever the learner keeps them (a module-level list, a closure,
+    the model, the data); what it logged and left for the dashboard (`model.last_hidden_norm`); bytes held by graphs
+    reachable from the model and the data; parameters with a .grad; data tensors left with a .grad or requiring
+    grad."""
     model, opt, data = leak_setup(width, n, batch, seed)
     gc.collect()
-    history = train_and_log(model, opt, data)
+    at_step: list[int] = []
+    inputs = [t for xy in data for t in xy]
+    existing = frozenset(t.untyped_storage().data_ptr() for t in [*model.parameters(), *inputs])
+    with LivePeak(existing) as meter:
+        opt.register_step_pre_hook(lambda *_: at_step.append(meter.live))
+        history = train_and_log(model, opt, data)
     logged = ({key: _logged(history[key]) for key in ("loss", "saliency")}
               if isinstance(history, dict) and set(history) == {"loss", "saliency"} else None)
+    kind = type(history).__name__
+    del history
+    gc.collect()
     norm = model.__dict__.get("last_hidden_norm")
     kept = [v for v in model.__dict__.values() if isinstance(v, torch.Tensor)]
-    inputs = [t for xy in data for t in xy]
-    return {"type": type(history).__name__, "logged": logged,
+    return {"type": kind, "logged": logged,
             "norm": norm if type(norm) is float else None, "norm_type": type(norm).__name__,
+            "at_step": at_step, "live_after": meter.live, "input_bytes": inputs[0].nbytes,
+            "weights": [float(p.detach().double().sum()) for p in model.parameters()],
             "held": graph_held_bytes([*model.parameters(), *kept, *inputs]),
             "grads": sum(p.grad is not None for p in model.parameters()),
             "data_grads": sum(t.grad is not None or t.requires_grad for t in inputs)}

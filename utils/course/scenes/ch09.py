@@ -17,13 +17,14 @@ from torch.utils._pytree import tree_flatten
 class LivePeak(TorchDispatchMode):
     """The peak of the bytes of tensor storages created inside the block and still alive (CPU or GPU): each
     operator's outputs are counted when created and subtracted when their storage is freed. Tensors created before
-    the block are not counted."""
+    the block are not counted, except that a view or an in-place op's output is counted as new unless its storage's
+    address is in `existing` (the storages alive before the block, e.g. the model's parameters and the data)."""
 
-    def __init__(self) -> None:
+    def __init__(self, existing: frozenset[int] = frozenset()) -> None:
         super().__init__()
         self.live = 0
         self.peak = 0
-        self._alive: dict[int, Any] = {}
+        self._alive: dict[int, Any] = {key: None for key in existing}
 
     def _free(self, key: int, nbytes: int) -> None:
         if self._alive.pop(key, None) is not None:
