@@ -170,7 +170,7 @@ def test_the_h100_reading_quotes_that_runs_spread_ratio_and_error() -> None:
     spread = run["figures"]["output_gradient_spread_binades"]["value"]
     e5m2 = _math.log2(57344 / 2**-16)  # E5M2's largest over its smallest subnormal
     ratio = errors["E5M2 everywhere"][2] / errors["E4M3 everywhere"][2]
-    said = (f"prints the same ratio, {ratio:.2f}, and a HYBRID weight-gradient error of "
+    said = (f"prints a similar ratio, {ratio:.2f}, and a HYBRID weight-gradient error of "
             f"{errors['HYBRID (E4M3 forward, E5M2 backward)'][2]:.0%}")
     assert said in prose and f"spans {spread:.1f} binades, wider than E5M2's {e5m2:.1f}" in prose
     assert spread > e5m2 and 1.5 < ratio < 3
