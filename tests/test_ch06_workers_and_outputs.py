@@ -202,5 +202,6 @@ def test_section_8_reading_leads_with_the_printed_figures():
     assert gpu and f"{gpu.group(1)} MiB against {gpu.group(2)} MiB of gradients, {gpu.group(3)}% at k = " \
                    f"{gpu.group(4)}" in reading
     times = re.findall(r"k = (\d+) ([+-]\d+)% \(beyond the spread\)", out)
-    assert f"{', '.join(t + '%' for _, t in times[:-1])} and {times[-1][1]}% at k = " \
-           f"{', '.join(k for k, _ in times[:-1])} and {times[-1][0]}, each beyond its spread" in reading
+    # timings change with each run: the reading points to the printed line instead of typing its figures
+    assert times and not any(f"{t}%" in reading for _, t in times)
+    assert "The H100's last line gives each k's step time against k = 1" in reading

@@ -56,11 +56,12 @@ def roundtrip_cases(fp8_roundtrip) -> None:
 
 
 def plan_cases(choose_fp8_recipe) -> None:
-    """A100, consumer Blackwell, B300, H200 with a new TE; releases before a recipe existed: L40S on TE 1.13 (only
-    DelayedScaling), H100 on TE 2.1 (no Float8CurrentScaling yet), B200 on TE 2.0 (MXFP8's first release)."""
+    """A100, consumer Blackwell (on TE 2.10, and on TE 2.4, before TE 2.6 refused MXFP8 there), B300, H200 with a new
+    TE; releases before a recipe existed: L40S on TE 1.13 (only DelayedScaling), H100 on TE 2.1 (no
+    Float8CurrentScaling yet), B200 on TE 2.0 (MXFP8's first release)."""
     expect_fp8_plans(choose_fp8_recipe, [("A100", (8, 0), (2, 9)), ("RTX 5090", (12, 0), (2, 10)),
-                                         ("B300", (10, 3), (2, 10)), ("L40S", (8, 9), (1, 13)),
-                                         ("H100", (9, 0), (2, 1)), ("B200", (10, 0), (2, 0)),
+                                         ("RTX 5090", (12, 0), (2, 4)), ("B300", (10, 3), (2, 10)),
+                                         ("L40S", (8, 9), (1, 13)), ("H100", (9, 0), (2, 1)), ("B200", (10, 0), (2, 0)),
                                          ("H200", (9, 0), (3, 0))])
 
 

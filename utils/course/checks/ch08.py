@@ -253,9 +253,9 @@ def reference_fp8_plan(capability: tuple[int, int], te_version: tuple[int, int])
         return {"recipe": None, "context": None}
     te = tuple(te_version)
     # TE's recipe classes by release (transformer_engine/common/recipe/__init__.py at tags v1.13, v2.0, v2.2):
-    # DelayedScaling only up to 1.13; MXFP8BlockScaling from 2.0 (compute capability 10.x, not 12.0+);
-    # Float8CurrentScaling from 2.2
-    if (10, 0) <= cap < (12, 0) and te >= (2, 0):
+    # DelayedScaling only up to 1.13; MXFP8BlockScaling from 2.0 (check_mxfp8_support in pytorch/fp8.py: compute
+    # capability 10.0+, and from v2.6 not 12.0+); Float8CurrentScaling from 2.2
+    if cap >= (10, 0) and te >= (2, 0) and (cap < (12, 0) or te < (2, 6)):
         recipe = "MXFP8BlockScaling"
     else:
         recipe = "Float8CurrentScaling" if te >= (2, 2) else "DelayedScaling"
@@ -270,9 +270,9 @@ def expect_fp8_plans(choose_fp8_recipe: Callable[..., dict], cases: Sequence[tup
         if got != expected:
             raise CheckFailed(f"{expected} for a {gpu} (compute capability {capability[0]}.{capability[1]}) with "
                               f"TE {te_version[0]}.{te_version[1]}", repr(got),
-                              "FP8 needs 8.9+; MXFP8 block scaling runs natively on 10.x (TE does not support it on "
-                              "12.0+); elsewhere current per-tensor scaling; te.autocast from TE 2.9, te.fp8_autocast "
-                              "before; no FP8 means no recipe and no context (None, None).")
+                              "FP8 needs 8.9+; MXFP8 block scaling where TE's check_mxfp8_support says yes (10.0+, "
+                              "and from TE 2.6 not 12.0+); elsewhere current per-tensor scaling; te.autocast from "
+                              "TE 2.9, te.fp8_autocast before; no FP8 means no recipe and no context (None, None).")
 
 
 def check_fp8_plan(choose_fp8_recipe: Callable[..., dict]) -> Verdict:
