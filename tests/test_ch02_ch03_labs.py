@@ -339,31 +339,38 @@ def test_lab03_colleague_loop_and_each_single_bug_fail(monkeypatch):
     hidden("ch03")["3.4"](ns["train_loop"])
     assert ch03.check_loop(ns["colleague_train_loop"]).status == "failed"
 
-    def variant(divide=True, unscale=True, sched_always=False):
+    def variant(divide=True, unscale=True, sched_always=False, by_accum=False, drop_last=False, ask_scale=False):
         def loop(model, opt, sched, scaler, batches, after_backward, accum, max_norm):
-            taken = []
-            for i, (xb, yb) in enumerate(batches):
-                loss = torch.nn.functional.mse_loss(model(xb), yb) / (accum if divide else 1)
-                scaler.scale(loss).backward()
-                after_backward(i)
-                if (i + 1) % accum == 0:
-                    if unscale:
-                        scaler.unscale_(opt)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-                    before = scaler.get_scale()
-                    scaler.step(opt)
-                    scaler.update()
-                    took = scaler.get_scale() >= before
-                    if took or sched_always:
-                        sched.step()
-                    opt.zero_grad(set_to_none=True)
-                    taken.append(took)
+            taken, stepped = [], []
+            handle = opt.register_step_post_hook(lambda *_: stepped.append(True))
+            ends = range(0, len(batches) - len(batches) % accum if drop_last else len(batches), accum)
+            for start in ends:
+                group = range(start, min(start + accum, len(batches)))
+                for i in group:
+                    xb, yb = batches[i]
+                    size = (accum if by_accum else len(group)) if divide else 1
+                    scaler.scale(torch.nn.functional.mse_loss(model(xb), yb) / size).backward()
+                    after_backward(i)
+                if unscale:
+                    scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+                stepped.clear()
+                before = scaler.get_scale() if ask_scale else None
+                scaler.step(opt)
+                scaler.update()
+                took = scaler.get_scale() >= before if ask_scale else bool(stepped)
+                if took or sched_always:
+                    sched.step()
+                opt.zero_grad(set_to_none=True)
+                taken.append(took)
+            handle.remove()
             return taken
 
         return loop
 
     assert passes_public(ch03.check_loop(variant()))
-    for bug in (dict(divide=False), dict(unscale=False), dict(sched_always=True)):
+    for bug in (dict(divide=False), dict(unscale=False), dict(sched_always=True), dict(by_accum=True),
+                dict(drop_last=True), dict(ask_scale=True)):
         assert ch03.check_loop(variant(**bug)).status == "failed", bug
 
 

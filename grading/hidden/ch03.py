@@ -50,10 +50,10 @@ def window_cases(scale_window) -> None:
 
 
 def loop_cases(train_loop) -> None:
-    """Overflows at the end, in every group, none at all with a loose max_norm (only the mean over micro-batches
-    changes the weights), no accumulation, and a LambdaLR schedule."""
-    expect_loop(train_loop, [({11}, "lambda", 2, 3, 1.0), ({0, 4, 8}, "step", 3, 4, 0.3), (set(), "step", 4, 2, 50.0),
-                             ({0, 1, 2}, "lambda", 5, 1, 1.0), ({5}, "step", 6, 6, 5.0)])
+    """Overflows at the end (in a last, shorter group of 5), in every group, none at all with a loose max_norm (only
+    the mean over micro-batches changes the weights), no accumulation, a LambdaLR schedule, and groups of 5, 5, 2."""
+    expect_loop(train_loop, [({11}, "lambda", 2, 7, 1.0), ({0, 4, 8}, "step", 3, 4, 0.3), (set(), "step", 4, 2, 50.0),
+                             ({0, 1, 2}, "lambda", 5, 1, 1.0), ({5}, "step", 6, 6, 5.0), (set(), "step", 7, 5, 50.0)])
 
 
 def format_plan_cases(format_plan) -> None:

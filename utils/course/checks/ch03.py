@@ -235,26 +235,33 @@ def check_window(scale_window: Callable) -> Verdict:
 # 3.4 -------------------------------------------------------------------------------------------------------------
 def _reference_loop(model, opt, sched, scaler, batches, after_backward, accum, max_norm) -> list[bool]:
     taken = []
-    for start in range(0, len(batches), accum):
-        for i in range(start, start + accum):
-            xb, yb = batches[i]
-            scaler.scale(torch.nn.functional.mse_loss(model(xb), yb) / accum).backward()
-            after_backward(i)
-        scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        before = scaler.get_scale()
-        scaler.step(opt)
-        scaler.update()
-        took = scaler.get_scale() >= before
-        if took:
-            sched.step()
-        opt.zero_grad(set_to_none=True)
-        taken.append(took)
+    stepped: list[bool] = []
+    handle = opt.register_step_post_hook(lambda *_: stepped.append(True))  # runs only when the optimizer steps
+    try:
+        for start in range(0, len(batches), accum):
+            group = range(start, min(start + accum, len(batches)))  # the last group may be shorter
+            for i in group:
+                xb, yb = batches[i]
+                scaler.scale(torch.nn.functional.mse_loss(model(xb), yb) / len(group)).backward()
+                after_backward(i)
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            stepped.clear()
+            scaler.step(opt)
+            scaler.update()
+            if stepped:
+                sched.step()
+            opt.zero_grad(set_to_none=True)
+            taken.append(bool(stepped))
+    finally:
+        handle.remove()
     return taken
 
 
 def expect_loop(train_loop: Callable, cases: Sequence[tuple[set[int], str, int, int, float]]) -> None:
-    """cases: (batches whose gradients overflow, "step" or "lambda" scheduler, seed, accumulation steps, max_norm).
+    """cases: (batches whose gradients overflow, "step" or "lambda" scheduler, seed, accumulation steps, max_norm);
+    12 batches, so an `accum` that does not divide 12 leaves a last, shorter group. The learner may not ask the
+    scaler for its scale (get_scale: a host sync per call).
     The loop runs in a scene (utils.course.scenes.ch03), once with the learner's loop and once with the reference,
     and the two are compared."""
     train_loop = guarded(train_loop, _reference_loop)
@@ -267,8 +274,13 @@ def expect_loop(train_loop: Callable, cases: Sequence[tuple[set[int], str, int, 
         what = f"(accum={accum}, max_norm={max_norm:g}, overflows in batches {sorted(overflow_at)})"
         if got_steps is None or got_steps != want_steps:
             raise CheckFailed(f"one entry per optimizer step, {want_steps} {what}", got["returned"],
-                              "one scaler.step/update per optimizer step (every `accum` batches); a step was "
-                              "skipped when update() lowered the scale.")
+                              "one scaler.step/update per group of `accum` batches, the last, shorter group "
+                              "included; whether the optimizer really stepped, the optimizer itself can tell you "
+                              "(a hook), without asking the scaler.")
+        if got["asked"]:
+            raise CheckFailed("a loop that never asks the scaler for its scale", f"{got['asked']} calls of get_scale()",
+                              "each is a host sync: the optimizer knows whether it stepped (a step hook runs only "
+                              "when it does).")
         if got_scale != want_scale:
             raise CheckFailed(f"the scale {want_scale:g} at the end {what}", f"{got_scale:g}",
                               "update() belongs once per optimizer step, after scaler.step.")
@@ -280,13 +292,14 @@ def expect_loop(train_loop: Callable, cases: Sequence[tuple[set[int], str, int, 
                               "the schedule advances once per optimizer step taken, not per batch.")
         if not torch.allclose(got_w, want_w, rtol=1e-5, atol=1e-7):
             raise CheckFailed(f"the weights of a correct loop {what}", "other weights",
-                              "the loss of a micro-batch is divided by accum; clipping must see unscaled gradients "
-                              "(scaler.unscale_(opt) first), then scaler.step and update.")
+                              "a micro-batch's loss is divided by the size of its group (the last may be shorter); "
+                              "clipping must see unscaled gradients (scaler.unscale_(opt) first), then scaler.step "
+                              "and update.")
 
 
 def check_loop(train_loop: Callable) -> Verdict:
     """Exercise 3.4: a colleague's loop (accumulation, clipping, scheduler, GradScaler) with planted bugs, fixed."""
-    return run_check("3.4", lambda: expect_loop(train_loop, [({1}, "step", 0, 2, 1.0), ({0, 1, 7}, "step", 1, 3, 0.5),
+    return run_check("3.4", lambda: expect_loop(train_loop, [({1}, "step", 0, 2, 1.0), ({0, 1, 7}, "step", 1, 5, 50.0),
                                                              (set(), "lambda", 2, 4, 2.0)]), points=2)
 
 

@@ -60,15 +60,28 @@ def setup_loop(seed: int, lr_kind: str) -> tuple[torch.nn.Module, torch.optim.Op
     return model, opt, sched, batches
 
 
+class AskedScaler(torch.amp.GradScaler):
+    """A GradScaler that counts the calls of get_scale() (each a host sync on a GPU) while `counting` is set."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.counting, self.asked = False, 0
+
+    def get_scale(self) -> float:
+        self.asked += self.counting
+        return super().get_scale()
+
+
 def loop_scene(train_loop: Callable, overflow_at: Sequence[int], lr_kind: str, seed: int, accum: int,
                max_norm: float) -> dict[str, Any]:
     """One run of `train_loop(model, opt, sched, scaler, batches, after_backward, accum, max_norm)` with a
     GradScaler, where the first parameter's gradient overflows after the backward of the batches in overflow_at.
     Returns what the loop returned (its repr, and as a list of bools where it is a list), the learning rate, the
-    weights and the scale at the end, and whether the scheduler warned that it stepped before the optimizer."""
+    weights and the scale at the end, whether the scheduler warned that it stepped before the optimizer, and how
+    many times the loop asked the scaler for its scale."""
     overflow_at = set(overflow_at)
     model, opt, sched, batches = setup_loop(seed, lr_kind)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
+    scaler = AskedScaler("cpu", init_scale=2.0**8, growth_interval=2)
     first = next(model.parameters())
 
     def after_backward(i: int) -> None:
@@ -77,8 +90,11 @@ def loop_scene(train_loop: Callable, overflow_at: Sequence[int], lr_kind: str, s
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        scaler.counting = True
         stepped = train_loop(model, opt, sched, scaler, batches, after_backward, accum, max_norm)
-    return {"steps": [bool(s) for s in stepped] if isinstance(stepped, list) else None, "returned": repr(stepped),
+        scaler.counting = False
+    return {"asked": scaler.asked, "returned": repr(stepped),
+            "steps": [bool(s) for s in stepped] if isinstance(stepped, list) else None,
             "lr": float(opt.param_groups[0]["lr"]),
             "weights": torch.cat([p.detach().flatten() for p in model.parameters()]),
             "warned": any("lr_scheduler.step()" in str(w.message) for w in caught),
