@@ -77,7 +77,7 @@ def test_the_h100_precision_runs_are_read_from_their_saved_curves() -> None:
 
 def test_c19_is_also_judged_against_the_same_runs_tf32_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """Review s12 04.2: the H100's C19 "holds" (3.94x) compares BF16 autocast with IEEE FP32; against the same run's
-    TF32 row, the FP32 that NVIDIA's containers start in, the speed-up is 1.47x: "partly". The cell prints both."""
+    TF32 row (a process started with the TF32 override), the speed-up is 1.47x: "partly". The cell prints both."""
     root = Path(__file__).resolve().parent.parent / "results"
     saved = json.loads((root / "nvidia-h100-80gb-hbm3" / "04_automatic_mixed_precision.json").read_text())
     steps = {p: v["step_ms"] for p, v in saved["figures"]["precision_comparison"]["value"].items()}
