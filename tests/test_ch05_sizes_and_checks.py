@@ -159,6 +159,47 @@ def test_lab05_momentum_zero_fix_fails_on_num_batches_tracked(monkeypatch):
     assert verdict.status == "failed" and "num_batches_tracked" in verdict.message
 
 
+def test_lab05_the_chapters_two_fixes_fail_when_the_step_evaluates_before_backward(monkeypatch):
+    """Exercise 5.4: the chapter's remedies (preserve the RNG, keep BatchNorm's statistics and count) pass a plain
+    step but not one that runs a validation forward in eval mode between forward and backward: the recomputation
+    must run in the forward's modes; the lab's solution does, on public and held-out cases."""
+    import nbformat
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint
+
+    from utils.course.checks.ch05 import check_fixed_checkpoint
+
+    def chapter_fixes_only(block, x):
+        norms = [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        calls = {"n": 0}
+
+        def run(inp):
+            calls["n"] += 1
+            if calls["n"] == 1:
+                return block(inp)
+            saved = [(m.momentum, m.num_batches_tracked.clone()) for m in norms]
+            for m in norms:
+                m.momentum = 0.0
+            try:
+                return block(inp)
+            finally:
+                for m, (momentum, count) in zip(norms, saved, strict=True):
+                    m.momentum = momentum
+                    m.num_batches_tracked.copy_(count)
+
+        return checkpoint(run, x, use_reentrant=False, preserve_rng_state=True)
+
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    verdict = check_fixed_checkpoint(chapter_fixes_only)
+    assert verdict.status == "failed" and "eval mode" in verdict.message and "backward raised" in verdict.message
+    nb = nbformat.read(ROOT / "solutions" / "lab05_gradient_checkpointing.ipynb", as_version=4)
+    ns: dict = {}
+    exec(next(c.source for c in nb.cells if c.cell_type == "code" and "import" in c.source), ns)  # noqa: S102
+    exec(next(c.source for c in nb.cells if c.metadata.get("course", {}).get("exercise") == "5.4"), ns)  # noqa: S102
+    assert check_fixed_checkpoint(ns["checkpointed_forward"]).status == "passed"
+    hidden()["5.4"](ns["checkpointed_forward"])
+
+
 def test_lab05_swiglu_formula_without_rmsnorm_statistics_fails(monkeypatch):
     """Exercise 5.5: forgetting RMSNorm's 1/rms per token and its normalised x fails, with a hint naming them."""
     from utils.course.checks.ch05 import check_swiglu

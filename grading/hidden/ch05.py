@@ -37,8 +37,10 @@ def schedule_cases(plan_schedule) -> None:
 
 
 def fixed_checkpoint_cases(checkpointed_forward) -> None:
-    """Other dropout rates (none, most), widths, token counts and seeds."""
-    expect_fixed_checkpoint(checkpointed_forward, [(8, 4, 0.0, 5), (64, 8, 0.9, 6), (3, 12, 0.5, 7)])
+    """Other dropout rates (none, most), widths, token counts and seeds; two steps that evaluate between forward
+    and backward (with no dropout, only BatchNorm's mode tells them apart)."""
+    expect_fixed_checkpoint(checkpointed_forward, [(8, 4, 0.0, 5, True), (64, 8, 0.9, 6, False),
+                                                   (3, 12, 0.5, 7, True)])
 
 
 def swiglu_cases(swiglu_saved_bytes, choose_mode) -> None:

@@ -122,16 +122,18 @@ class _Held:
 def saved_timeline_truth(fn: Callable[..., Any], *args: Any) -> list[int]:
     """The bytes autograd keeps saved for backward: after `out = fn(*args)` returns, then after each storage is
     released while `out.sum().backward()` runs (one entry per storage, in the order backward lets go of them; each
-    storage once and whole; parameters and their views excluded). Its first entry is
+    storage once and whole; parameters and their views excluded; a storage let go before the forward returns, a
+    branch the output does not depend on, in no entry). Its first entry is
     utils.lessons.measure.saved_activation_bytes and its last 0 (tests/test_ch01_checks.py)."""
     shares: dict[int, list] = {}  # storage key -> [saved tensors still held, bytes, the storage (keeps its address)]
-    held, timeline = [0], []
+    held, timeline, returned = [0], [], [False]
 
     def release(key: int) -> None:
         shares[key][0] -= 1
         if shares[key][0] == 0:
             held[0] -= shares[key][1]
-            timeline.append(held[0])
+            if returned[0]:  # a storage let go before the forward returns is in no entry
+                timeline.append(held[0])
 
     def pack(t: torch.Tensor) -> Any:
         if isinstance(t._base if t._base is not None else t, nn.Parameter):
@@ -149,6 +151,7 @@ def saved_timeline_truth(fn: Callable[..., Any], *args: Any) -> list[int]:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor if type(box) is _Held else box):
         out = fn(*args)
     timeline.append(held[0])
+    returned[0] = True
     out.sum().backward()
     del out
     return timeline

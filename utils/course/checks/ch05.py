@@ -268,20 +268,34 @@ def check_schedule(plan_schedule: Callable) -> Verdict:
 
 
 # 5.4 -------------------------------------------------------------------------------------------------------------
-def expect_fixed_checkpoint(checkpointed_forward: Callable, cases: Sequence[tuple[int, int, float, int]]) -> None:
-    """cases: (tokens, width, dropout p, seed). A block with dropout and BatchNorm: gradients equal the plain run's,
-    running statistics updated once, only the input saved. The step runs in a scene (utils.course.scenes.ch05),
-    once with the learner's function and once with the plain block, and the two are compared."""
-    for tokens, d, p, seed in cases:
-        got = observe(fixed_checkpoint_scene, guarded(checkpointed_forward, direct=METER_HOOKS), tokens, d, p, seed)
-        want = fixed_checkpoint_scene(lambda block, x: block(x), tokens, d, p, seed)
+def expect_fixed_checkpoint(checkpointed_forward: Callable, cases: Sequence[tuple[int, int, float, int, bool]]
+                            ) -> None:
+    """cases: (tokens, width, dropout p, seed, whether the step evaluates between forward and backward). A block
+    with dropout and BatchNorm: gradients equal the plain run's, running statistics updated once, only the input
+    saved, whatever mode the block is in when backward recomputes. The step runs in a scene
+    (utils.course.scenes.ch05), once with the learner's function and once with the plain block, and the two are
+    compared."""
+    for tokens, d, p, seed, evaluates in cases:
+        got = observe(fixed_checkpoint_scene, guarded(checkpointed_forward, direct=METER_HOOKS), tokens, d, p, seed,
+                      evaluates)
+        want = fixed_checkpoint_scene(lambda block, x: block(x), tokens, d, p, seed, evaluates)
+        if got["output"].startswith("the backward raised"):
+            where = " after a validation forward in eval mode" if evaluates else ""
+            raise CheckFailed(f"a backward that runs{where}",
+                              got["output"], "torch's checkpoint compares what the recomputation saves with what the "
+                              "forward saved: the recomputation runs the block in whatever mode it is in at backward; "
+                              "put back the modes the forward ran in (module.training), and restore them after.")
         if got["output"] != "ok":
             raise CheckFailed(f"an output of shape {(tokens, d)}", got["output"], "return the block's output.")
         for name, grad in want["grads"].items():
             mine = got["grads"].get(name)
             if mine is None or not torch.allclose(mine, grad, atol=1e-5, rtol=1e-4):
-                raise CheckFailed(f"the plain forward's gradient for {name} (dropout {p}, {tokens} tokens)",
+                raise CheckFailed(f"the plain forward's gradient for {name} (dropout {p}, {tokens} tokens"
+                                  + (", a validation forward in eval mode before the backward)" if evaluates else ")"),
                                   "a different or missing gradient",
+                                  "the recomputation runs the block in whatever mode it is in at backward: put back "
+                                  "the modes the forward ran in (module.training) for it, and restore them after."
+                                  if evaluates else
                                   "the recomputation must draw the same dropout mask: checkpoint's preserve_rng_state.")
         for name in ("running_mean", "running_var"):
             if not torch.allclose(got[name], want[name], atol=1e-6):
@@ -301,8 +315,10 @@ def expect_fixed_checkpoint(checkpointed_forward: Callable, cases: Sequence[tupl
 
 
 def check_fixed_checkpoint(checkpointed_forward: Callable) -> Verdict:
-    """Exercise 5.4: fix a checkpointed block that breaks dropout's randomness and BatchNorm's statistics."""
-    return run_check("5.4", lambda: expect_fixed_checkpoint(checkpointed_forward, [(16, 8, 0.5, 0), (32, 16, 0.2, 1)]),
+    """Exercise 5.4: fix a checkpointed block that breaks dropout's randomness, BatchNorm's statistics, and the
+    forward's mode when the step evaluates before its backward."""
+    return run_check("5.4", lambda: expect_fixed_checkpoint(checkpointed_forward, [(16, 8, 0.5, 0, False),
+                                                                                   (32, 16, 0.2, 1, True)]),
                      points=3)
 
 

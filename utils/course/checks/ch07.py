@@ -320,8 +320,8 @@ def expect_no_leak(train_and_log: Callable, cases: Sequence[tuple[int, int, int,
             raise CheckFailed(f"model.last_hidden_norm, the last hidden activation's norm, as a float "
                               f"({want['norm']:.4f})",
                               got["norm_type"] if got["norm"] is None else f"{got['norm']:.4f}",
-                              "a tensor computed from an activation holds the graph behind it; this branch never "
-                              "reaches backward, so nothing ever frees what its ops saved.")
+                              "a Python float (.item()): a tensor computed from an activation also holds the graph "
+                              "behind it, and this branch never reaches backward, so nothing frees what its ops saved.")
         if got["data_grads"]:
             raise CheckFailed("the caller's batches left as they were handed in",
                               f"{got['data_grads']} input tensors left requiring grad or holding a .grad",

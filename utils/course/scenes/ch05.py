@@ -30,18 +30,30 @@ def make_stack(n: int, d: int, mult: int = 4, seed: int = 0, **kwargs) -> nn.Seq
     return nn.Sequential(*(MLPBlock(d, mult, **kwargs) for _ in range(n)))
 
 
-def fixed_checkpoint_scene(checkpointed_forward: Callable, tokens: int, d: int, p: float, seed: int) -> dict[str, Any]:
+def fixed_checkpoint_scene(checkpointed_forward: Callable, tokens: int, d: int, p: float, seed: int,
+                           evaluates: bool = False) -> dict[str, Any]:
     """One training step of a block with dropout and BatchNorm through `checkpointed_forward(block, x)`: the
     parameters' gradients, BatchNorm's running statistics and batch count after it, and the bytes a second call
-    saves for backward."""
+    saves for backward. With `evaluates`, the step logs a validation loss between the forward and the backward, as
+    a loop that calls block.train() only at the top of the next step does: block.eval(), a forward under no_grad,
+    and the backward then runs with the block still in eval mode."""
     torch.manual_seed(seed)
     block = MLPBlock(d, 4, dropout=p, batchnorm=True).train()
     x = torch.randn(tokens, d)
+    x_val = torch.randn(tokens, d)
     torch.manual_seed(seed + 100)
     out = checkpointed_forward(block, x)
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:
         return {"output": repr(getattr(out, "shape", type(out).__name__))}
-    out.pow(2).sum().backward()
+    if evaluates:
+        block.eval()
+        with torch.no_grad():
+            block(x_val)
+    try:
+        out.pow(2).sum().backward()
+    except Exception as exc:  # noqa: BLE001 (what the learner's recomputation raised is the outcome)
+        return {"output": f"the backward raised {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]}"}
+    block.train()
     return {"output": "ok", "input_bytes": x.nbytes,
             "grads": {name: q.grad for name, q in block.named_parameters()},
             "running_mean": block.norm.running_mean.clone(), "running_var": block.norm.running_var.clone(),
