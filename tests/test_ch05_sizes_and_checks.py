@@ -127,49 +127,13 @@ def test_block_saves_about_ten_inputs():
     assert 10 <= c < 11
 
 
-def test_lab05_momentum_zero_fix_fails_on_num_batches_tracked(monkeypatch):
-    """Exercise 5.4: momentum 0 during the recomputation keeps the running mean and variance but still counts the
-    batch twice; the check tests num_batches_tracked, the chapter's symptom."""
+def _quiet_recomputation(restore_count: bool):
+    """checkpointed_forward with the chapter's remedies: the RNG preserved, BatchNorm's momentum 0 during the
+    recomputation, and (restore_count) its batch count put back; the modes left as they are at backward."""
     from torch import nn
     from torch.utils.checkpoint import checkpoint
 
-    from utils.course.checks.ch05 import check_fixed_checkpoint
-
-    def momentum_zero(block, x):
-        norms = [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-        calls = {"n": 0}
-
-        def run(inp):
-            calls["n"] += 1
-            if calls["n"] == 1:
-                return block(inp)
-            saved = [m.momentum for m in norms]
-            for m in norms:
-                m.momentum = 0.0
-            try:
-                return block(inp)
-            finally:
-                for m, momentum in zip(norms, saved, strict=True):
-                    m.momentum = momentum
-
-        return checkpoint(run, x, use_reentrant=False, preserve_rng_state=True)
-
-    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
-    verdict = check_fixed_checkpoint(momentum_zero)
-    assert verdict.status == "failed" and "num_batches_tracked" in verdict.message
-
-
-def test_lab05_the_chapters_two_fixes_fail_when_the_step_evaluates_before_backward(monkeypatch):
-    """Exercise 5.4: the chapter's remedies (preserve the RNG, keep BatchNorm's statistics and count) pass a plain
-    step but not one that runs a validation forward in eval mode between forward and backward: the recomputation
-    must run in the forward's modes; the lab's solution does, on public and held-out cases."""
-    import nbformat
-    from torch import nn
-    from torch.utils.checkpoint import checkpoint
-
-    from utils.course.checks.ch05 import check_fixed_checkpoint
-
-    def chapter_fixes_only(block, x):
+    def checkpointed_forward(block, x):
         norms = [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
         calls = {"n": 0}
 
@@ -185,12 +149,34 @@ def test_lab05_the_chapters_two_fixes_fail_when_the_step_evaluates_before_backwa
             finally:
                 for m, (momentum, count) in zip(norms, saved, strict=True):
                     m.momentum = momentum
-                    m.num_batches_tracked.copy_(count)
+                    if restore_count:
+                        m.num_batches_tracked.copy_(count)
 
         return checkpoint(run, x, use_reentrant=False, preserve_rng_state=True)
 
+    return checkpointed_forward
+
+
+def test_lab05_momentum_zero_fix_fails_on_num_batches_tracked(monkeypatch):
+    """Exercise 5.4: momentum 0 during the recomputation keeps the running mean and variance but still counts the
+    batch twice; the check tests num_batches_tracked, the chapter's symptom."""
+    from utils.course.checks.ch05 import check_fixed_checkpoint
+
     monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
-    verdict = check_fixed_checkpoint(chapter_fixes_only)
+    verdict = check_fixed_checkpoint(_quiet_recomputation(restore_count=False))
+    assert verdict.status == "failed" and "num_batches_tracked" in verdict.message
+
+
+def test_lab05_the_chapters_two_fixes_fail_when_the_step_evaluates_before_backward(monkeypatch):
+    """Exercise 5.4: the chapter's remedies (preserve the RNG, keep BatchNorm's statistics and count) pass a plain
+    step but not one that runs a validation forward in eval mode between forward and backward: the recomputation
+    must run in the forward's modes; the lab's solution does, on public and held-out cases."""
+    import nbformat
+
+    from utils.course.checks.ch05 import check_fixed_checkpoint
+
+    monkeypatch.delenv("COURSE_CHECKS_STRICT", raising=False)
+    verdict = check_fixed_checkpoint(_quiet_recomputation(restore_count=True))
     assert verdict.status == "failed" and "eval mode" in verdict.message and "backward raised" in verdict.message
     nb = nbformat.read(ROOT / "solutions" / "lab05_gradient_checkpointing.ipynb", as_version=4)
     ns: dict = {}
