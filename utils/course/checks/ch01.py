@@ -110,8 +110,8 @@ def check_adam_state_bytes(adam_state_bytes: Callable[[nn.Module, tuple, bool], 
 
 # 1.2 -------------------------------------------------------------------------------------------------------------
 class _Held:
-    """What the truth's pack hook hands autograd instead of a saved tensor: the tensor and its storage's key. When
-    backward has used it, autograd drops this object, and its finalizer releases the storage's share."""
+    """What the truth's pack hook hands autograd instead of a saved tensor: a holder of the tensor. When backward has
+    used it, autograd drops this object, and its finalizer releases the storage's share."""
 
     __slots__ = ("tensor", "__weakref__")
 
