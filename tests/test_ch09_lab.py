@@ -10,7 +10,6 @@ from torch.utils.checkpoint import checkpoint
 
 from utils.course.checks.ch09 import (
     LAB_CONFIG,
-    LivePeak,
     check_chunked_loss,
     check_finetune,
     check_model_states,
@@ -20,6 +19,7 @@ from utils.course.checks.ch09 import (
     states_per_gpu,
 )
 from utils.course.checks.core import CheckFailed
+from utils.course.scenes.live_peak import LivePeak
 from utils.lessons.experiment_sizes import ch09 as sizes
 from utils.lessons.fsdp_demo import fsdp_peaks
 from utils.lessons.sizes import TIERS, tier_budget

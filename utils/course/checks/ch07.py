@@ -14,7 +14,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from utils.course.checks.ch09 import MODE_SWITCHES
 from utils.course.checks.core import (
     CheckFailed,
     Verdict,
@@ -34,6 +33,7 @@ from utils.course.scenes.ch07 import (  # the lab's trainer, importable from her
     leak_setup,
     micro_batch_plan_scene,
 )
+from utils.course.scenes.live_peak import MODE_SWITCHES
 from utils.lessons.allocator_model import CachingAllocatorModel
 from utils.lessons.oom import run_oom_safe, run_step_oom_safe
 from utils.lessons.profiling import graph_held_bytes, largest_fitting

@@ -10,7 +10,6 @@ from unittest import mock
 
 import torch
 import torch.nn.functional as F
-import torch.utils._python_dispatch
 from torch import nn
 
 import utils.ledger.plan
@@ -26,13 +25,13 @@ from utils.course.checks.core import (
 )
 from utils.course.scenes.ch09 import (  # noqa: F401 - also imported from here (tests, the lab)
     Batches,
-    LivePeak,
     TinyLM,
     chunk_case,
     chunked_loss_scene,
     finetune_scene,
     finetune_setup,
 )
+from utils.course.scenes.live_peak import MODE_SWITCHES
 from utils.ledger.gpt import shape_of
 from utils.ledger.plan import Choice, lora_parameters, memory_of, plan, zero_bytes_per_gpu
 from utils.lessons.chunked_loss import _chunk_loss, chunked_cross_entropy
@@ -143,17 +142,6 @@ def check_lora_prediction(prediction: Any, reasoning: Any, count_trainable: Call
         expect_lora_counts(count_trainable, [(LAB_CONFIG, PREDICT_RANK), (LAB_CONFIG, 2)])
 
     return run_check("9.2", body, points=2)
-
-
-# What switches off or reaches the scenes' peak meter (LivePeak, a TorchDispatchMode) from the learner's code: its
-# modes popped or disabled while the learner's work runs unseen (review s15's red team, A2: the colleague's script
-# unchanged, and the full loss, under _disable_current_modes, earned 9.3's and 9.5's marks). torch's own use of
-# them (the meter's exit pops its mode) is not the learner's.
-_DISPATCH = torch.utils._python_dispatch
-MODE_SWITCHES = (_DISPATCH._disable_current_modes, _DISPATCH._pop_mode, _DISPATCH._pop_mode_temporarily,
-                 _DISPATCH._get_current_dispatch_mode, _DISPATCH._get_current_dispatch_mode_stack,
-                 torch._C._unset_dispatch_mode, torch._C._set_dispatch_mode, torch._C._pop_torch_dispatch_stack,
-                 torch._C._push_on_torch_dispatch_stack, torch._C._get_dispatch_stack_at)
 
 
 # 9.3 -------------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from utils.course.scenes.ch09 import LivePeak
+from utils.course.scenes.live_peak import LivePeak
 from utils.lessons.profiling import graph_held_bytes
 
 

@@ -4,43 +4,13 @@ they run: the live-tensor peak of their work, the values they return, the gradie
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
-
-class LivePeak(TorchDispatchMode):
-    """The peak of the bytes of tensor storages created inside the block and still alive (CPU or GPU): each
-    operator's outputs are counted when created and subtracted when their storage is freed. Tensors created before
-    the block are not counted, except that a view or an in-place op's output is counted as new unless its storage's
-    address is in `existing` (the storages alive before the block, e.g. the model's parameters and the data)."""
-
-    def __init__(self, existing: frozenset[int] = frozenset()) -> None:
-        super().__init__()
-        self.live = 0
-        self.peak = 0
-        self._alive: dict[int, Any] = {key: None for key in existing}
-
-    def _free(self, key: int, nbytes: int) -> None:
-        if self._alive.pop(key, None) is not None:
-            self.live -= nbytes
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                storage = t.untyped_storage()
-                key, nbytes = storage.data_ptr(), storage.nbytes()
-                if nbytes and key not in self._alive:
-                    self._alive[key] = weakref.finalize(storage, self._free, key, nbytes)
-                    self.live += nbytes
-                    self.peak = max(self.peak, self.live)
-        return out
+from utils.course.scenes.live_peak import LivePeak
 
 
 # 9.3 -------------------------------------------------------------------------------------------------------------
